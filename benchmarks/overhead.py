@@ -1,0 +1,339 @@
+"""Per-step overhead of raytrainer against hand-written torch loops (and HF's Trainer), same model and data.
+
+    python benchmarks/overhead.py                 # ~3-4 min on a 2-core machine
+    python benchmarks/overhead.py --quick         # ~1-2 min
+    python benchmarks/overhead.py --steps 600 --repeats 2 --json results/overhead.json
+
+Variants (same MLP, same synthetic rows, same per-worker batch, AdamW (adamw_torch, not fused), linear
+schedule, max_grad_norm, one torch thread per process, no checkpoints, a log every --log-every steps):
+  a  raytrainer, num_workers=2 (Ray Train V2 worker group, DDP over gloo)
+  b  hand-written DDP: torch.multiprocessing.spawn, 2 processes, gloo, contiguous sharding
+  c  raytrainer, num_workers=0 (in the driver process)
+  d  hand-written single-process loop
+  e  Hugging Face transformers.Trainer, single process (use_cpu=True), if transformers is importable
+
+Step time: every variant records time.perf_counter() at the start of each optimizer step on rank 0 (a
+`training_step` override for raytrainer, shipped to the workers; a callback's on_step_begin for HF); the
+steady state is the median of the step durations after the first --warmup fraction. Start-up: from the
+call (`trainer.train()`, `mp.spawn`, the loop function, HF `Trainer(...)`) to the start of the first step;
+for (a) Ray itself is started before, and timed separately. Ratios are computed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import (MLP, ContiguousShardSampler, SyntheticDataset, linear_schedule, num_params,  # noqa: E402
+                    print_table, read_stamps, step_stats, write_stamps)
+
+TARGET = 1.05
+
+
+@dataclass
+class Config:
+    steps: int = 400
+    batch: int = 64            # per worker (per process)
+    dim: int = 384
+    hidden: int = 768
+    depth: int = 3
+    classes: int = 16
+    samples: int = 16384       # a multiple of 2*batch, so every batch is full in every variant
+    lr: float = 1e-3
+    max_grad_norm: float = 1.0
+    log_every: int = 50
+    seed: int = 42
+    warmup: float = 0.2
+
+
+def build_model(cfg: Config) -> MLP:
+    torch.manual_seed(cfg.seed)  # raytrainer seeds before using the shipped model; same initial weights
+    return MLP(cfg.dim, cfg.hidden, cfg.depth, cfg.classes)
+
+
+def build_dataset(cfg: Config) -> SyntheticDataset:
+    return SyntheticDataset(cfg.samples, cfg.dim, cfg.classes)
+
+
+# ---------------------------------------------------------------------------------- hand-written loops
+def hand_loop(cfg: Config, rank: int, world: int, stamp_path: str):
+    """The loop one would write by hand: DDP when world > 1, contiguous shards, AdamW + linear decay."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader
+    from torch.utils.data._utils.collate import default_collate
+
+    torch.set_num_threads(1)
+    model = build_model(cfg)
+    if world > 1:
+        model = DistributedDataParallel(model)
+    dataset = build_dataset(cfg)
+    sampler = ContiguousShardSampler(len(dataset), cfg.batch, rank, world, cfg.seed)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=default_collate)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.steps))
+    perf, wall, steps = [], [], []
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    interval = torch.zeros((), dtype=torch.float64)
+    step, epoch = 0, 0
+    while step < cfg.steps:
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            perf.append(time.perf_counter())
+            wall.append(time.time())
+            steps.append(step)
+            model.train()
+            loss = model(**batch)["loss"]
+            loss.backward()
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            interval += loss.detach()
+            step += 1
+            if step % cfg.log_every == 0:  # what a hand-written loop logs: the mean loss over ranks
+                if world > 1:
+                    dist.all_reduce(interval)
+                loss_sum += interval / world
+                interval.zero_()
+            if step >= cfg.steps:
+                break
+        epoch += 1
+    if world > 1:
+        dist.all_reduce(interval)
+    loss_sum += interval / world
+    if rank == 0:
+        write_stamps(stamp_path, perf, wall, steps, train_loss=float(loss_sum) / cfg.steps,
+                     threads=torch.get_num_threads())
+
+
+def _ddp_worker(rank: int, world: int, port: int, cfg: Config, stamp_path: str):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        hand_loop(cfg, rank, world, stamp_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_hand_ddp(cfg: Config, workdir: str) -> dict:
+    import torch.multiprocessing as mp
+
+    path = os.path.join(workdir, "hand-ddp.json")
+    t0 = time.time()
+    mp.spawn(_ddp_worker, args=(2, _free_port(), cfg, path), nprocs=2, join=True)
+    return _result(read_stamps(path), t0, time.time() - t0, cfg)
+
+
+def run_hand_single(cfg: Config, workdir: str) -> dict:
+    path = os.path.join(workdir, "hand-single.json")
+    t0 = time.time()
+    hand_loop(cfg, 0, 1, path)
+    return _result(read_stamps(path), t0, time.time() - t0, cfg)
+
+
+# ------------------------------------------------------------------------------------------ raytrainer
+def run_raytrainer(cfg: Config, workdir: str, num_workers: int, average_tokens: bool = True) -> dict:
+    import raytrainer
+
+    timed = common.make_timed_trainer_class()
+    stamp_dir = tempfile.mkdtemp(prefix=f"rt{num_workers}-", dir=workdir)
+    args = raytrainer.TrainingArguments(
+        output_dir=os.path.join(workdir, f"out-rt{num_workers}"), num_workers=num_workers, max_steps=cfg.steps,
+        per_device_train_batch_size=cfg.batch, learning_rate=cfg.lr, weight_decay=0.0, optim="adamw_torch",
+        lr_scheduler_type="linear", max_grad_norm=cfg.max_grad_norm, save_strategy="no",
+        logging_steps=cfg.log_every, disable_tqdm=True, seed=cfg.seed,
+        average_tokens_across_devices=average_tokens)
+    trainer = timed(model=build_model(cfg), args=args, train_dataset=build_dataset(cfg))
+    trainer.stamp_dir = stamp_dir
+    trainer.pop_callback(raytrainer.PrinterCallback)  # keep the table readable (driver side only)
+    t0 = time.time()
+    output = trainer.train()
+    total = time.time() - t0
+    files = [f for f in os.listdir(stamp_dir) if f.startswith("rank0-")]
+    stamps = read_stamps(os.path.join(stamp_dir, files[0]))
+    stamps["train_loss"] = output.training_loss
+    return _result(stamps, t0, total, cfg)
+
+
+# ------------------------------------------------------------------------------------------------- HF
+def run_hf(cfg: Config, workdir: str) -> dict:
+    import transformers
+
+    class Stamps(transformers.TrainerCallback):
+        def __init__(self):
+            self.perf, self.wall, self.steps = [], [], []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.perf.append(time.perf_counter())
+            self.wall.append(time.time())
+            self.steps.append(state.global_step)
+
+    torch.set_num_threads(1)
+    stamps = Stamps()
+    t0 = time.time()
+    args = transformers.TrainingArguments(
+        output_dir=os.path.join(workdir, "out-hf"), use_cpu=True, report_to=[], save_strategy="no",
+        max_steps=cfg.steps, per_device_train_batch_size=cfg.batch, learning_rate=cfg.lr, weight_decay=0.0,
+        optim="adamw_torch", lr_scheduler_type="linear", max_grad_norm=cfg.max_grad_norm,
+        logging_steps=cfg.log_every, disable_tqdm=True, seed=cfg.seed, dataloader_num_workers=0,
+        log_level="error")
+    trainer = transformers.Trainer(model=build_model(cfg), args=args, train_dataset=build_dataset(cfg),
+                                   callbacks=[stamps])
+    trainer.remove_callback(transformers.PrinterCallback)
+    output = trainer.train()
+    total = time.time() - t0
+    return _result({"perf": stamps.perf, "wall": stamps.wall, "steps": stamps.steps,
+                    "train_loss": output.training_loss, "threads": torch.get_num_threads()}, t0, total, cfg)
+
+
+# ---------------------------------------------------------------------------------------------- report
+def _result(stamps: dict, t0_wall: float, total_s: float, cfg: Config) -> dict:
+    stats = step_stats(stamps["perf"], cfg.warmup)
+    return {**stats, "startup_s": stamps["wall"][0] - t0_wall, "total_s": total_s, "steps": len(stamps["perf"]),
+            "train_loss": stamps.get("train_loss"), "threads": stamps.get("threads")}
+
+
+VARIANTS = {
+    "a": ("raytrainer num_workers=2", 2),
+    "b": ("hand-written DDP, 2 procs", 2),
+    "c": ("raytrainer num_workers=0", 1),
+    "d": ("hand-written single proc", 1),
+    "e": ("HF transformers.Trainer", 1),
+    "f": ("raytrainer nw=2, avg_tokens=False", 2),
+}
+RAY_VARIANTS = ("a", "f")
+RATIOS = (("a", "b"), ("f", "b"), ("c", "d"), ("e", "d"))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per variant (default 400)")
+    parser.add_argument("--quick", action="store_true", help="150 steps, one round (about 1-2 minutes)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of all variants (ratios are paired per round)")
+    parser.add_argument("--variants", default="dceba",
+                        help="which variants, run in this order each round: letters from abcdef (f: as a, with "
+                             "average_tokens_across_devices=False, i.e. without the per-step item-count all-reduce)")
+    parser.add_argument("--batch", type=int, default=64, help="per-worker batch size")
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument("--warmup", type=float, default=0.2, help="fraction of step durations dropped as warm-up")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="1.0 in every variant, or 0 in every one")
+    parser.add_argument("--json", default=None, help="write the results here as JSON")
+    opts = parser.parse_args(argv)
+
+    steps = opts.steps or (150 if opts.quick else 400)
+    cfg = Config(steps=steps, batch=opts.batch, dim=opts.dim, hidden=opts.hidden, depth=opts.depth,
+                 log_every=opts.log_every, warmup=opts.warmup, max_grad_norm=opts.max_grad_norm)
+    cfg.samples = max(2 * cfg.batch, (cfg.samples // (2 * cfg.batch)) * 2 * cfg.batch)
+    variants = [v for v in opts.variants if v in VARIANTS]
+    if "e" in variants:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print("transformers is not importable: skipping variant e")
+            variants.remove("e")
+
+    common.ship_by_value()
+    common.quiet_ray_logs()
+    torch.set_num_threads(1)  # the in-process variants (c, d, e) run in this process
+    print(f"model: MLP dim={cfg.dim} hidden={cfg.hidden} depth={cfg.depth} ({num_params(build_model(cfg)) / 1e6:.2f}M "
+          f"params), batch {cfg.batch}/worker, {cfg.steps} steps, warm-up {cfg.warmup:.0%} dropped, "
+          f"max_grad_norm={cfg.max_grad_norm}, 1 torch thread per process", flush=True)
+
+    runners = {"a": lambda w: run_raytrainer(cfg, w, 2), "b": lambda w: run_hand_ddp(cfg, w),
+               "c": lambda w: run_raytrainer(cfg, w, 0), "d": lambda w: run_hand_single(cfg, w),
+               "e": lambda w: run_hf(cfg, w), "f": lambda w: run_raytrainer(cfg, w, 2, average_tokens=False)}
+    rounds = []
+    for r in range(opts.repeats):
+        workdir = tempfile.mkdtemp(prefix="raytrainer-bench-overhead-")
+        results, ray_init_s = {}, None
+        try:
+            for v in variants:
+                if v in RAY_VARIANTS:  # Ray is up only while the Ray variants run, never under a baseline
+                    import ray
+
+                    if not ray.is_initialized():
+                        took = common.start_ray()
+                        ray_init_s = took if ray_init_s is None else ray_init_s
+                else:
+                    common.stop_ray()
+                print(f"[round {r + 1}/{opts.repeats}] {v}: {VARIANTS[v][0]} ...", flush=True)
+                results[v] = runners[v](workdir)
+                print(f"    median {results[v]['median_ms']:.2f} ms/step, start-up {results[v]['startup_s']:.2f} s",
+                      flush=True)
+        finally:
+            common.stop_ray()
+            shutil.rmtree(workdir, ignore_errors=True)
+        rounds.append({"results": results, "ray_init_s": ray_init_s,
+                       "ratios": {f"{x}/{y}": results[x]["median_ms"] / results[y]["median_ms"]
+                                  for x, y in RATIOS if x in results and y in results},
+                       "mean_ratios": {f"{x}/{y}": results[x]["mean_ms"] / results[y]["mean_ms"]
+                                       for x, y in RATIOS if x in results and y in results}})
+
+    report(cfg, variants, rounds, opts)
+
+
+def _med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def report(cfg: Config, variants, rounds, opts):
+    rows = []
+    for v in variants:
+        res = [rd["results"][v] for rd in rounds]
+        rows.append([f"({v}) {VARIANTS[v][0]}", VARIANTS[v][1], _med([x["median_ms"] for x in res]),
+                     f"{_med([x['p25_ms'] for x in res]):.2f}-{_med([x['p75_ms'] for x in res]):.2f}",
+                     _med([x["mean_ms"] for x in res]), _med([x["startup_s"] for x in res]),
+                     _med([x["total_s"] for x in res]), _med([x["train_loss"] for x in res])])
+    ray_init = _med([rd["ray_init_s"] for rd in rounds])
+    print_table(f"Steady-state step time ({cfg.steps} steps, median of durations after {cfg.warmup:.0%} warm-up"
+                f"{f', median over {len(rounds)} rounds' if len(rounds) > 1 else ''})",
+                ["variant", "procs", "ms/step (median)", "p25-p75 ms", "ms/step (mean)", "start-up s", "total s",
+                 "train loss"], rows,
+                notes=[f"start-up: call -> first step start; Ray start (ray.init, before (a)): "
+                       f"{ray_init:.2f} s" if ray_init is not None else "start-up: call -> first step start"])
+    ratio_rows = []
+    for x, y in RATIOS:
+        key = f"{x}/{y}"
+        per_round = [rd["ratios"][key] for rd in rounds if key in rd["ratios"]]
+        if not per_round:
+            continue
+        med = statistics.median(per_round)
+        mean_ratio = statistics.median([rd["mean_ratios"][key] for rd in rounds if key in rd["mean_ratios"]])
+        ratio_rows.append([f"({x}) / ({y})", med, mean_ratio, f"<= {TARGET}", "yes" if med <= TARGET else "NO",
+                           " ".join(f"{p:.3f}" for p in per_round)])
+    print_table("Ratios of steady-state step time (reported, not asserted)",
+                ["ratio", "median-based", "mean-based", "target", "met", "per round"], ratio_rows,
+                notes=["median-based is the headline; mean-based includes periodic work (logging, event flushes)"])
+    common.write_json(opts.json, {"benchmark": "overhead", "config": asdict(cfg), "variants": {
+        v: VARIANTS[v][0] for v in variants}, "rounds": rounds, "machine": common.machine_info(),
+        "summary": {"ratios": {r[0]: r[1] for r in ratio_rows}, "target": TARGET}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""raytrainer: a Hugging Face-style Trainer whose runs span a Ray cluster.
+
+    from raytrainer import Trainer, TrainingArguments
+    args = TrainingArguments(output_dir="s3://bucket/run", num_workers=4, max_failures=3)
+    Trainer(model=model, args=args, train_dataset=train, eval_dataset=val).train()
+"""
+
+from .args import TrainingArguments
+from .argparser import ArgumentParser
+from .callbacks.base import TrainerCallback
+from .callbacks.progress import PrinterCallback, ProgressCallback
+from .data.collator import DefaultCollator
+from .errors import ConfigError, StorageError
+from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
+from .trainer import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentParser", "ConfigError", "DefaultCollator", "EvalPrediction", "PredictionOutput", "PrinterCallback",
+    "ProgressCallback", "StorageError", "Trainer", "TrainerCallback", "TrainerControl", "TrainerState",
+    "TrainingArguments", "TrainOutput",
+]

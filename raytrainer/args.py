@@ -1,0 +1,253 @@
+"""`TrainingArguments`: Hugging Face names, defaults and meanings, plus the few fields a Ray run needs.
+
+Every inconsistent value is rejected at construction (`__post_init__`) with a `ConfigError` naming the
+field and the fix, so a bad script fails in the driver in milliseconds, not minutes later in an actor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from .errors import ConfigError
+
+SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor")
+INTERVALS = ("no", "steps", "epoch")
+SAVE_INTERVALS = ("no", "steps", "epoch", "best")
+STRATEGIES = ("ddp",)
+
+# Fields that are ours (not in HF's TrainingArguments); listed so docs and the parser can say so.
+RAY_FIELDS = (
+    "num_workers", "use_gpu", "resources_per_worker", "strategy", "max_failures", "ray_address",
+    "storage_options", "save_async", "allow_local_output_dir_on_multinode",
+)
+
+
+def _help(text: str, **kw) -> Any:
+    return field(metadata={"help": text}, **kw)
+
+
+@dataclass
+class TrainingArguments:
+    # --- where things go ---
+    output_dir: Optional[str] = _help(
+        "Where checkpoints and the final model are written: a local path or any fsspec URL (s3://...). "
+        "Defaults to 'trainer_output'.", default=None)
+    run_name: Optional[str] = _help("A name for the run, shown in logs and stored in the trainer state.",
+                                    default=None)
+
+    # --- duration and batch size ---
+    per_device_train_batch_size: int = _help("Batch size per worker for training.", default=8)
+    per_device_eval_batch_size: int = _help("Batch size per worker for evaluation.", default=8)
+    gradient_accumulation_steps: int = _help("Micro-batches accumulated before each optimizer step.", default=1)
+    num_train_epochs: float = _help("Total training epochs; fractional values allowed.", default=3.0)
+    max_steps: int = _help("If > 0, the total number of optimizer steps; overrides num_train_epochs.",
+                           default=-1)
+
+    # --- optimizer and schedule ---
+    learning_rate: float = _help("Initial learning rate.", default=5e-5)
+    weight_decay: float = _help("Weight decay, never applied to biases and normalisation weights.", default=0.0)
+    adam_beta1: float = _help("Adam beta1.", default=0.9)
+    adam_beta2: float = _help("Adam beta2.", default=0.999)
+    adam_epsilon: float = _help("Adam epsilon.", default=1e-8)
+    max_grad_norm: float = _help("Gradient clipping norm; 0 disables clipping.", default=1.0)
+    optim: str = _help(f"Optimizer: one of {', '.join(OPTIMIZERS)}.", default="adamw_torch_fused")
+    lr_scheduler_type: str = _help(f"Scheduler: one of {', '.join(SCHEDULERS)}.", default="linear")
+    lr_scheduler_kwargs: Optional[Union[dict, str]] = _help(
+        "Extra scheduler arguments (polynomial: lr_end, power; cosine: num_cycles).", default=None)
+    warmup_steps: float = _help("Linear warm-up: an int number of steps, or a float in [0, 1) as a ratio of "
+                                "the total steps.", default=0)
+
+    # --- logging and evaluation ---
+    logging_strategy: str = _help("When to log: no, steps, epoch.", default="steps")
+    logging_steps: float = _help("Log every N steps (a float < 1 is a ratio of total steps).", default=500)
+    logging_first_step: bool = _help("Also log the first step.", default=False)
+    eval_strategy: str = _help("When to evaluate during training: no, steps, epoch.", default="no")
+    eval_steps: Optional[float] = _help("Evaluate every N steps; defaults to logging_steps.", default=None)
+    prediction_loss_only: bool = _help("In evaluate/predict, only return the loss.", default=False)
+    disable_tqdm: bool = _help("Disable the progress bar on the driver.", default=False)
+
+    # --- saving (checkpoints) ---
+    save_strategy: str = _help("When to save a checkpoint: no, steps, epoch, best.", default="steps")
+    save_steps: float = _help("Save every N steps (a float < 1 is a ratio of total steps).", default=500)
+    save_total_limit: Optional[int] = _help(
+        "Keep at most this many committed checkpoints; the newest and the best are never deleted.", default=None)
+    save_only_model: bool = _help("Save only the model (no optimizer, scheduler, RNG): cannot be resumed from.",
+                                  default=False)
+    load_best_model_at_end: bool = _help("Load the best checkpoint at the end of training.", default=False)
+    metric_for_best_model: Optional[str] = _help("Metric that selects the best checkpoint (e.g. 'eval_loss').",
+                                                 default=None)
+    greater_is_better: Optional[bool] = _help("Whether a larger metric_for_best_model is better.", default=None)
+    ignore_data_skip: bool = _help("On resume, start the interrupted epoch over instead of skipping the "
+                                   "samples already seen.", default=False)
+    resume_from_checkpoint: Optional[str] = _help("A checkpoint path/URL to resume from (train() argument "
+                                                  "takes precedence).", default=None)
+
+    # --- data ---
+    seed: int = _help("Seed for model init, dropout and (unless data_seed) data order.", default=42)
+    data_seed: Optional[int] = _help("Seed for the data order only.", default=None)
+    dataloader_drop_last: bool = _help("Drop the last incomplete batch of each epoch.", default=False)
+    dataloader_num_workers: int = _help("DataLoader worker processes per training worker.", default=0)
+    remove_unused_columns: bool = _help("Drop dataset columns the model's forward does not accept.",
+                                        default=True)
+    label_names: Optional[list] = _help("Names of the label keys in a batch; default: the forward's "
+                                        "arguments containing 'label'.", default=None)
+    average_tokens_across_devices: bool = _help(
+        "Normalise the loss by the label tokens of the whole global batch (all ranks, all micro-steps).",
+        default=True)
+
+    # --- distributed (ours) ---
+    num_workers: int = _help("Training workers (one per GPU or CPU slot). 0 runs in the driver process, "
+                             "for debugging and notebooks.", default=1)
+    use_gpu: Optional[bool] = _help("One GPU per worker. Default: use GPUs when the cluster has them.",
+                                    default=None)
+    resources_per_worker: Optional[dict] = _help("Ray resources per worker, e.g. {'CPU': 4, 'GPU': 1}.",
+                                                 default=None)
+    strategy: str = _help(f"Parallelism: one of {', '.join(STRATEGIES)}.", default="ddp")
+    max_failures: int = _help("Worker-group restarts Ray Train may attempt from the newest committed "
+                              "checkpoint (-1: unlimited).", default=0)
+    ray_address: Optional[str] = _help("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
+                                       "an embedded local Ray.", default=None)
+    storage_options: Optional[dict] = _help("fsspec options for output_dir (e.g. S3 endpoint_url, key). "
+                                            "Never logged or saved.", default=None)
+    save_async: bool = _help("Write checkpoints in the background while training continues.", default=True)
+    allow_local_output_dir_on_multinode: bool = _help(
+        "Accept a local output_dir on a multi-node cluster (only if that path is shared storage, e.g. NFS).",
+        default=False)
+
+    def __post_init__(self):
+        if self.output_dir is None:
+            self.output_dir = "trainer_output"
+        self.output_dir = str(self.output_dir)  # a Path would collapse 's3://' to 's3:/'
+        if isinstance(self.lr_scheduler_kwargs, str):
+            try:
+                self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"lr_scheduler_kwargs={self.lr_scheduler_kwargs!r} is not valid JSON ({e}); "
+                                  "write a JSON object such as '{\"num_cycles\": 1.0}'.") from None
+        if self.lr_scheduler_kwargs is not None and not isinstance(self.lr_scheduler_kwargs, dict):
+            raise ConfigError(f"lr_scheduler_kwargs={self.lr_scheduler_kwargs!r} must be a dict (or a JSON object).")
+        if isinstance(self.label_names, str):
+            self.label_names = [self.label_names]
+        if self.eval_steps is None and self.eval_strategy == "steps":
+            self.eval_steps = self.logging_steps
+        # HF's order: default the metric first, then derive greater_is_better only if the user left it unset.
+        if self.load_best_model_at_end and self.metric_for_best_model is None:
+            self.metric_for_best_model = "loss"
+        if self.greater_is_better is None and self.metric_for_best_model is not None:
+            self.greater_is_better = not self.metric_for_best_model.endswith("loss")
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self):
+        positive = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                    "learning_rate")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ConfigError(f"{name}={value!r} must be a positive number.")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if int(getattr(self, name)) != getattr(self, name):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer.")
+        for name in ("weight_decay", "adam_epsilon", "max_grad_norm", "dataloader_num_workers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0.")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be in [0, 1).")
+        if self.max_steps <= 0 and not self.num_train_epochs > 0:
+            raise ConfigError(f"num_train_epochs={self.num_train_epochs!r} must be > 0 unless max_steps > 0.")
+        if int(self.max_steps) != self.max_steps:
+            raise ConfigError(f"max_steps={self.max_steps!r} must be an integer (-1 to train by epochs).")
+        self._one_of("optim", OPTIMIZERS)
+        self._one_of("lr_scheduler_type", SCHEDULERS)
+        self._one_of("logging_strategy", INTERVALS)
+        self._one_of("eval_strategy", INTERVALS)
+        self._one_of("save_strategy", SAVE_INTERVALS)
+        self._one_of("strategy", STRATEGIES)
+        if self.warmup_steps < 0 or (isinstance(self.warmup_steps, float) and not self.warmup_steps.is_integer()
+                                     and self.warmup_steps >= 1):
+            raise ConfigError(f"warmup_steps={self.warmup_steps!r}: use an int number of steps or a float in "
+                              "[0, 1) as a ratio of the total steps.")
+        for name, strategy in (("logging_steps", self.logging_strategy), ("eval_steps", self.eval_strategy),
+                               ("save_steps", self.save_strategy)):
+            value = getattr(self, name)
+            if strategy == "steps" and (value is None or value <= 0 or (value > 1 and int(value) != value)):
+                raise ConfigError(f"{name}={value!r} must be a positive int (or a float in (0, 1) as a ratio "
+                                  f"of total steps) when the strategy is 'steps'.")
+        if self.save_total_limit is not None and self.save_total_limit < 1:
+            raise ConfigError(f"save_total_limit={self.save_total_limit!r} must be >= 1 (or None to keep all).")
+        if self.save_strategy == "best" and self.metric_for_best_model is None:
+            raise ConfigError("save_strategy='best' needs metric_for_best_model (e.g. 'eval_loss').")
+        if self.load_best_model_at_end:
+            if self.save_strategy not in ("best", self.eval_strategy):
+                raise ConfigError(
+                    f"load_best_model_at_end needs save_strategy to match eval_strategy (got save_strategy="
+                    f"{self.save_strategy!r}, eval_strategy={self.eval_strategy!r}): set both to 'steps' or "
+                    "'epoch'.")
+            if self.eval_strategy == "steps" and self.save_strategy == "steps":
+                # Ratios (< 1) compare as integers in millionths, as HF does: 0.2 % 0.1 is not 0 in floats.
+                ratios = (self.save_steps < 1, self.eval_steps < 1)
+                if ratios[0] != ratios[1] or round(self.save_steps * 1_000_000) % round(
+                        self.eval_steps * 1_000_000) != 0:
+                    raise ConfigError(f"load_best_model_at_end needs save_steps ({self.save_steps}) to be a "
+                                      f"multiple of eval_steps ({self.eval_steps}), both steps or both ratios.")
+        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 0:
+            raise ConfigError(f"num_workers={self.num_workers!r} must be an int >= 0 (0 runs in the driver "
+                              "process).")
+        if self.max_failures < -1:
+            raise ConfigError(f"max_failures={self.max_failures!r} must be >= 0, or -1 for unlimited restarts.")
+        if self.resources_per_worker is not None:
+            if not isinstance(self.resources_per_worker, dict) or any(
+                    not isinstance(v, (int, float)) or v < 0 for v in self.resources_per_worker.values()):
+                raise ConfigError(f"resources_per_worker={self.resources_per_worker!r} must be a dict of "
+                                  "resource name to a non-negative amount, e.g. {'CPU': 2, 'GPU': 1}.")
+            if self.resources_per_worker.get("GPU", 0) > 0 and self.use_gpu is False:
+                raise ConfigError("resources_per_worker asks for a GPU but use_gpu=False: drop one of them.")
+        if self.label_names is not None and not all(isinstance(n, str) for n in self.label_names):
+            raise ConfigError(f"label_names={self.label_names!r} must be a list of column names.")
+
+    def _one_of(self, name: str, allowed: tuple):
+        value = getattr(self, name)
+        if value not in allowed:
+            raise ConfigError(f"{name}={value!r} is not supported; choose one of: {', '.join(allowed)}.")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def train_data_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
+
+    def global_train_batch_size(self, world_size: int) -> int:
+        return self.per_device_train_batch_size * max(world_size, 1) * self.gradient_accumulation_steps
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        if isinstance(self.warmup_steps, float) and self.warmup_steps < 1:
+            return math.ceil(num_training_steps * self.warmup_steps)
+        return int(self.warmup_steps)
+
+    @staticmethod
+    def resolve_interval(value: Optional[float], max_steps: int) -> int:
+        """An interval in steps; floats below 1 are a ratio of the total (HF semantics)."""
+        if value is None:
+            return 0
+        if value < 1:
+            return max(1, math.ceil(max_steps * value))
+        return int(value)
+
+    def to_dict(self) -> dict:
+        """The arguments as plain JSON values, with secrets (storage_options) redacted."""
+        out = dataclasses.asdict(self)
+        if out.get("storage_options"):
+            out["storage_options"] = {k: "<redacted>" for k in out["storage_options"]}
+        return out
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
+
+    def __repr__(self) -> str:  # never print credentials
+        body = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"{type(self).__name__}({body})"

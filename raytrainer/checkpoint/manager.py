@@ -1,0 +1,102 @@
+"""The worker loop's view of checkpoints: save when due, resume at start, track the best one.
+
+Ownership under DDP: every rank holds the same model, so rank 0 writes the model, optimizer, scheduler and
+trainer state; each rank's RNG state is gathered to rank 0 (a few KB) and written as rng_state_{rank}.pth.
+One writer means the commit needs no cross-rank coordination in the background.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..worker.context import WorkerContext
+from .listing import TRAINER_STATE_NAME, list_checkpoints, remove_partial
+from .model_io import load_into, load_model_state
+from .snapshot import (OPTIMIZER_FILE, SCHEDULER_FILE, Snapshot, get_rng_state, rng_file, set_rng_state,
+                       to_host, torch_from_bytes)
+from .storage import exists, join, read_bytes, read_text, remove
+from .writer import CheckpointWriter
+from ..state import TrainerState
+
+
+class CheckpointManager:
+    def __init__(self, trainer, ctx: WorkerContext, emitter, run_id: str):
+        self.trainer = trainer
+        self.ctx = ctx
+        self.emitter = emitter
+        self.run_id = run_id
+        args = trainer.args
+        self.output_dir = args.output_dir
+        self.storage_options = args.storage_options
+        self.writer = CheckpointWriter(args.output_dir, args.storage_options, args.save_async,
+                                       args.save_total_limit, on_commit=self._committed)
+
+    # ------------------------------------------------------------------ saving
+    def save(self, state: TrainerState):
+        """Capture now (all ranks), write and commit in the background (rank 0)."""
+        trainer, args = self.trainer, self.trainer.args
+        rng_states = self.ctx.all_gather_object(get_rng_state())
+        if not self.ctx.is_main:
+            return
+        ckpt_url = join(self.output_dir, f"checkpoint-{state.global_step}")
+        if state.best_global_step == state.global_step:
+            state.best_model_checkpoint = ckpt_url
+        model = trainer.strategy.unwrap(trainer.model_wrapped)
+        snapshot = Snapshot(
+            step=state.global_step,
+            model_state=to_host(trainer.strategy.model_state_dict(trainer.model_wrapped)),
+            model=model,
+            optimizer_state=None if args.save_only_model else to_host(trainer.optimizer.state_dict()),
+            scheduler_state=None if args.save_only_model else trainer.lr_scheduler.state_dict(),
+            rng_states=[] if args.save_only_model else rng_states,
+            trainer_state_json=state.to_json_string(),
+            args_json=args.to_json_string(),
+        )
+        save_model = lambda directory, sd: trainer._save(directory, state_dict=sd, model=model)  # noqa: E731
+        self.writer.submit(snapshot, save_model, state.best_model_checkpoint)
+
+    def _committed(self, step: int, url: str):
+        self.emitter.emit("save", global_step=step, checkpoint=url,
+                          best_model_checkpoint=self.trainer.state.best_model_checkpoint,
+                          best_metric=self.trainer.state.best_metric)
+
+    def wait(self):
+        self.writer.wait()
+
+    # ------------------------------------------------------------------ resuming
+    def find_resume_url(self, requested: Optional[str]) -> Optional[str]:
+        """This run's newest committed checkpoint (we are a restarted worker group), else `requested`.
+
+        Decided on rank 0 and broadcast, so every rank loads the same checkpoint."""
+        url = None
+        if self.ctx.is_main:
+            remove_partial(self.output_dir, self.storage_options)
+            for info in reversed(list_checkpoints(self.output_dir, self.storage_options)):
+                if not info.committed:
+                    continue
+                state = TrainerState.from_json_string(read_text(join(info.url, TRAINER_STATE_NAME),
+                                                                self.storage_options))
+                if state.own.get("run_id") == self.run_id:
+                    url = info.url
+                    break
+            url = url or requested
+        return self.ctx.broadcast_object(url)
+
+    def restore(self, url: str) -> TrainerState:
+        """Load weights, optimizer, scheduler, this rank's RNG streams and the trainer state from `url`."""
+        trainer, opts = self.trainer, self.storage_options
+        load_into(trainer.strategy.unwrap(trainer.model_wrapped), load_model_state(url, opts))
+        if not exists(join(url, OPTIMIZER_FILE), opts):
+            raise RuntimeError(f"{url} was saved with save_only_model=True and cannot be resumed from: it has "
+                               "no optimizer, scheduler or RNG state. Start a new run from its weights instead.")
+        trainer.optimizer.load_state_dict(torch_from_bytes(read_bytes(join(url, OPTIMIZER_FILE), opts)))
+        trainer.lr_scheduler.load_state_dict(torch_from_bytes(read_bytes(join(url, SCHEDULER_FILE), opts)))
+        # After a resize, ranks beyond the old world size continue rank 0's streams.
+        rng_url = join(url, rng_file(self.ctx.rank))
+        set_rng_state(torch_from_bytes(read_bytes(rng_url if exists(rng_url, opts) else join(url, rng_file(0)),
+                                                  opts)))
+        return TrainerState.from_json_string(read_text(join(url, TRAINER_STATE_NAME), opts))
+
+    @staticmethod
+    def clear(url: str, storage_options: Optional[dict]):
+        remove(url, recursive=True, storage_options=storage_options)

@@ -1,0 +1,86 @@
+"""The commit marker: a checkpoint exists only once its manifest is written (principle 2).
+
+Object stores have no rename, so a checkpoint cannot appear atomically; instead every file is written
+first and `COMMITTED` last. The manifest lists each file with its size, so a reader can also tell a
+committed checkpoint whose files were later truncated or lost from a sound one.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from .storage import get_fs, join, read_text, remove, write_text
+
+MANIFEST_NAME = "COMMITTED"
+FORMAT = 1
+
+
+def list_files(ckpt_url: str, storage_options: dict | None = None) -> dict[str, int]:
+    """Every file under `ckpt_url` (recursively, manifest excluded) as {relative posix path: size}."""
+    fs, path = get_fs(ckpt_url, storage_options)
+    root = path.rstrip("/") + "/"
+    try:
+        found = fs.find(path, detail=True)
+    except FileNotFoundError:
+        return {}
+    files = {}
+    for name, info in found.items():
+        relative = name[len(root):] if name.startswith(root) else None
+        if relative and relative != MANIFEST_NAME:
+            files[relative] = int(info["size"])
+    return files
+
+
+def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
+           files: dict[str, int] | None = None) -> dict:
+    """Write the manifest for a fully written checkpoint; returns it.
+
+    `files` lets the writer pass what it wrote (no listing needed); otherwise the directory is listed.
+    Call only after every file is durably written (and, with several writers, after all of them finished).
+    """
+    if files is None:
+        files = list_files(ckpt_url, storage_options)
+    manifest = {
+        "format": FORMAT,
+        "step": int(step),
+        "created": datetime.now(timezone.utc).isoformat(),
+        "files": {str(name): int(size) for name, size in sorted(files.items())},
+    }
+    write_text(join(ckpt_url, MANIFEST_NAME), json.dumps(manifest, indent=1), storage_options)
+    return manifest
+
+
+def read_manifest(ckpt_url: str, storage_options: dict | None = None) -> dict | None:
+    """The manifest, or None when it is absent or not a valid one (e.g. torn by a crash mid-write).
+
+    Other errors (unreachable storage, denied access) propagate: treating them as "not committed" would let
+    cleanup delete a good checkpoint.
+    """
+    try:
+        manifest = json.loads(read_text(join(ckpt_url, MANIFEST_NAME), storage_options))
+    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    valid = (isinstance(manifest, dict) and isinstance(manifest.get("format"), int)
+             and isinstance(manifest.get("step"), int) and isinstance(manifest.get("files"), dict)
+             and all(isinstance(size, int) for size in manifest["files"].values()))
+    return manifest if valid else None
+
+
+def files_match(manifest: dict, files: dict[str, int]) -> bool:
+    """Every file the manifest lists is present with its listed size (extra files are allowed)."""
+    return all(files.get(name) == size for name, size in manifest["files"].items())
+
+
+def is_committed(ckpt_url: str, storage_options: dict | None = None, verify: bool = True) -> bool:
+    manifest = read_manifest(ckpt_url, storage_options)
+    if manifest is None:
+        return False
+    return not verify or files_match(manifest, list_files(ckpt_url, storage_options))
+
+
+def delete(ckpt_url: str, storage_options: dict | None = None) -> None:
+    """Delete a checkpoint, un-committing it first: an interrupted delete leaves a partial checkpoint,
+    never a committed one with files missing."""
+    remove(join(ckpt_url, MANIFEST_NAME), recursive=False, storage_options=storage_options)
+    remove(ckpt_url, storage_options=storage_options)

@@ -1,0 +1,68 @@
+"""Model weights on disk: the model's own `save_pretrained` format when it has one, else model.safetensors.
+
+Both are read back by `load_model_state` (single file or HF's sharded index), from any fsspec URL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional
+
+import safetensors.torch
+import torch
+
+from .snapshot import MODEL_FILE, MODEL_INDEX_FILE
+from .storage import exists, join, read_bytes
+
+
+def save_model_files(model, directory: str, state_dict: Optional[Dict[str, torch.Tensor]] = None):
+    """Write `model` (or `state_dict`) into a local directory."""
+    os.makedirs(directory, exist_ok=True)
+    state_dict = model.state_dict() if state_dict is None else state_dict
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(directory, state_dict=state_dict)
+        return
+    # safetensors refuses tensors that share memory (tied weights): give each its own contiguous copy.
+    seen, tensors = set(), {}
+    for name, tensor in state_dict.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        tensors[name] = tensor.contiguous() if key not in seen else tensor.clone().contiguous()
+        seen.add(key)
+    safetensors.torch.save_file(tensors, os.path.join(directory, MODEL_FILE), metadata={"format": "pt"})
+
+
+def load_model_state(url: str, storage_options: Optional[dict] = None) -> Dict[str, torch.Tensor]:
+    """The model's state dict from a checkpoint or saved-model directory (local path or URL)."""
+    index_url = join(url, MODEL_INDEX_FILE)
+    if exists(index_url, storage_options):
+        index = json.loads(read_bytes(index_url, storage_options))
+        state = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            state.update(safetensors.torch.load(read_bytes(join(url, shard), storage_options)))
+        return state
+    return safetensors.torch.load(read_bytes(join(url, MODEL_FILE), storage_options))
+
+
+def load_into(model: torch.nn.Module, state: Dict[str, torch.Tensor]):
+    """Load weights, tolerating keys that save_pretrained drops for tied weights."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = _tied_names(model)
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise RuntimeError(f"Checkpoint does not match the model: missing {missing[:5]}, "
+                           f"unexpected {unexpected[:5]}.")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def _tied_names(model: torch.nn.Module) -> set:
+    """Parameter names whose storage is shared with an earlier parameter."""
+    seen, tied = {}, set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr in seen:
+            tied.add(name)
+        else:
+            seen[ptr] = name
+    return tied

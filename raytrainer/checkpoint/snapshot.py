@@ -1,0 +1,93 @@
+"""What a checkpoint holds, captured in memory so it can be written while training goes on.
+
+`capture` is the only part that stalls training: it copies the state off the device (and clones CPU
+tensors, which the next optimizer step would otherwise change under the writer). Everything after it
+(serialisation, upload, commit) happens in the background (see writer.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+MODEL_FILE = "model.safetensors"
+MODEL_INDEX_FILE = "model.safetensors.index.json"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+TRAINER_STATE_FILE = "trainer_state.json"
+ARGS_FILE = "training_args.json"
+
+
+def rng_file(rank: int) -> str:
+    return f"rng_state_{rank}.pth"
+
+
+def get_rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.random.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.random.set_rng_state_all(state["cuda"])
+
+
+def to_host(tree: Any) -> Any:
+    """A copy of every tensor in a nested structure, on the CPU (a clone even when already there)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return {k: to_host(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_host(v) for v in tree)
+    return tree
+
+
+@dataclass
+class Snapshot:
+    step: int
+    model_state: Dict[str, torch.Tensor]
+    model: Any  # the unwrapped module: only its class/config are used when writing (save_pretrained)
+    optimizer_state: Optional[dict]
+    scheduler_state: Optional[dict]
+    rng_states: List[dict]
+    trainer_state_json: str
+    args_json: str
+    extra: dict = field(default_factory=dict)
+
+    def small_files(self) -> Dict[str, bytes]:
+        """Every file except the model weights, serialised."""
+        files = {TRAINER_STATE_FILE: self.trainer_state_json.encode(), ARGS_FILE: self.args_json.encode()}
+        if self.optimizer_state is not None:
+            files[OPTIMIZER_FILE] = torch_bytes(self.optimizer_state)
+        if self.scheduler_state is not None:
+            files[SCHEDULER_FILE] = torch_bytes(self.scheduler_state)
+        for rank, rng in enumerate(self.rng_states):
+            files[rng_file(rank)] = torch_bytes(rng)
+        return files
+
+
+def torch_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def torch_from_bytes(data: bytes) -> Any:
+    # Our own files hold numpy RNG state and python objects, so weights_only loading is not enough.
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def read_json(data: bytes) -> dict:
+    return json.loads(data.decode())

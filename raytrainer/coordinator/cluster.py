@@ -1,0 +1,74 @@
+"""Connecting to Ray and checking, before any actor starts, that the requested workers can be placed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Dict
+
+from ..errors import ConfigError
+
+
+def connect(address: str | None = None):
+    """Use RAY_ADDRESS / `address`, else a running local cluster, else start an embedded one.
+
+    An already initialised Ray (a notebook, a test session, `ray job submit`) is reused as it is.
+    """
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    if ray.is_initialized():
+        return
+    # Workers of an embedded Ray inherit this environment: let them import what the driver imports
+    # (the script's folder and the current directory), so models defined in user modules unpickle there.
+    paths = [p for p in (os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0] or "."))) if p]
+    existing = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False if not address else None,
+             runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
+
+
+def worker_resources(args, use_gpu: bool) -> Dict[str, float]:
+    """What one worker reserves, as Ray Train computes it (1 CPU, plus 1 GPU with use_gpu, by default)."""
+    resources = dict(args.resources_per_worker or {})
+    if not resources:
+        resources["CPU"] = 1
+    if use_gpu:
+        resources.setdefault("GPU", 1)
+    return resources
+
+
+def cluster_has_gpus() -> bool:
+    import ray
+
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def check_placeable(num_workers: int, per_worker: Dict[str, float]):
+    """Fail now, naming the missing resource, if `num_workers` can never be placed on this cluster."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    for name, amount in per_worker.items():
+        if amount <= 0:
+            continue
+        biggest = max((n["Resources"].get(name, 0) for n in nodes), default=0)
+        if biggest < amount:
+            raise ConfigError(
+                f"Each worker asks for {amount:g} {name} but no node of the cluster has that much (largest: "
+                f"{biggest:g}). Lower resources_per_worker[{name!r}] or add a node with more {name}.")
+        per_node = sum(int(n["Resources"].get(name, 0) // amount) for n in nodes)
+        if per_node < num_workers:
+            raise ConfigError(
+                f"num_workers={num_workers} needs {num_workers * amount:g} {name} ({amount:g} per worker), but "
+                f"the cluster can place at most {per_node} such workers ({total.get(name, 0):g} {name} in "
+                f"total). Lower num_workers, lower resources_per_worker, or add nodes with {name}.")
+
+
+def alive_node_count() -> int:
+    import ray
+
+    return sum(1 for n in ray.nodes() if n.get("Alive"))

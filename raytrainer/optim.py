@@ -1,0 +1,167 @@
+"""The optimizer and learning-rate schedule named by `TrainingArguments`, built the way HF's `Trainer` builds them.
+
+Schedules are `LambdaLR`s over module-level functions bound with `functools.partial`: the scheduler is pickled
+into checkpoints and shipped to Ray actors, and a closure or lambda would not survive either trip.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import warnings
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from .args import TrainingArguments
+from .errors import ConfigError
+
+# HF's rule (Trainer.get_decay_parameter_names): no weight decay on biases and normalisation weights.
+NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm)
+NO_DECAY_PATTERNS = tuple(re.compile(p) for p in (
+    r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"))
+
+# The lr_scheduler_kwargs each schedule accepts, with HF's defaults.
+SCHEDULER_KWARGS = {
+    "linear": {},
+    "cosine": {"num_cycles": 0.5},
+    "constant": {},
+    "constant_with_warmup": {},
+    "polynomial": {"lr_end": 1e-7, "power": 1.0},
+}
+
+
+def get_decay_parameter_names(model: nn.Module) -> list[str]:
+    """Names (as in `model.named_parameters()`) of the parameters that get weight decay."""
+    excluded = set()
+    # remove_duplicate=False: a norm module or parameter shared under two names is excluded under both.
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        if isinstance(module, NO_DECAY_MODULES):
+            excluded.update(n for n, _ in module.named_parameters(prefix=prefix, remove_duplicate=False))
+    return [name for name, _ in model.named_parameters()
+            if name not in excluded and not any(p.search(name.lower()) for p in NO_DECAY_PATTERNS)]
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    decay = set(get_decay_parameter_names(model))
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not trainable:
+        raise ConfigError("the model has no parameters with requires_grad=True: nothing to train.")
+    # Both groups always exist (even empty) so that an optimizer state_dict always has the same layout.
+    return [
+        {"params": [p for n, p in trainable if n in decay], "weight_decay": weight_decay},
+        {"params": [p for n, p in trainable if n not in decay], "weight_decay": 0.0},
+    ]
+
+
+def _fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
+    """Why fused AdamW cannot run on these params, or None if it can.
+
+    torch checks device and dtype lazily, in the first `step()`; one step on a 1-element probe per
+    (device, dtype) finds out now, with public API only.
+    """
+    for device, dtype in {(p.device, p.dtype) for p in params}:
+        try:
+            probe = torch.zeros(1, device=device, dtype=dtype, requires_grad=True)
+            probe.grad = torch.zeros_like(probe)
+            torch.optim.AdamW([probe], lr=0.0, fused=True).step()
+        except RuntimeError as e:
+            return f"{device.type}/{dtype}: {e}"
+    return None
+
+
+def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+    groups = _param_groups(model, args.weight_decay)
+    lr = args.learning_rate
+    if args.optim in ("adamw_torch", "adamw_torch_fused"):
+        kwargs = {"lr": lr, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
+        if args.optim == "adamw_torch_fused":
+            reason = _fused_adamw_unsupported([p for g in groups for p in g["params"]])
+            if reason is None:
+                kwargs["fused"] = True
+            else:
+                warnings.warn(f"optim='adamw_torch_fused' is not supported for these parameters ({reason}); "
+                              "using the non-fused torch.optim.AdamW instead.", stacklevel=2)
+        return torch.optim.AdamW(groups, **kwargs)
+    if args.optim == "sgd":
+        return torch.optim.SGD(groups, lr=lr)
+    if args.optim == "adafactor":
+        return torch.optim.Adafactor(groups, lr=lr)
+    raise ConfigError(f"optim={args.optim!r} is not supported.")  # TrainingArguments already rejects this
+
+
+# ---------------------------------------------------------------------- schedules (factors of the initial lr)
+def _warmup(step: int, num_warmup_steps: int) -> float:
+    return float(step) / float(max(1, num_warmup_steps))
+
+
+def _constant(step: int) -> float:
+    return 1.0
+
+
+def _constant_with_warmup(step: int, *, num_warmup_steps: int) -> float:
+    return _warmup(step, num_warmup_steps) if step < num_warmup_steps else 1.0
+
+
+def _linear(step: int, *, num_warmup_steps: int, num_training_steps: int) -> float:
+    if step < num_warmup_steps:
+        return _warmup(step, num_warmup_steps)
+    return max(0.0, float(num_training_steps - step) / float(max(1, num_training_steps - num_warmup_steps)))
+
+
+def _cosine(step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float) -> float:
+    if step < num_warmup_steps:
+        return _warmup(step, num_warmup_steps)
+    progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
+
+
+def _polynomial(step: int, *, num_warmup_steps: int, num_training_steps: int, lr_end: float, power: float,
+                lr_init: float) -> float:
+    if step < num_warmup_steps:
+        return _warmup(step, num_warmup_steps)
+    decay_steps = num_training_steps - num_warmup_steps
+    if step >= num_training_steps or decay_steps <= 0:  # HF divides by zero when warmup fills the run
+        return lr_end / lr_init
+    pct_remaining = 1 - (step - num_warmup_steps) / decay_steps
+    return ((lr_init - lr_end) * pct_remaining**power + lr_end) / lr_init
+
+
+def create_scheduler(optimizer: torch.optim.Optimizer, args: TrainingArguments,
+                     num_training_steps: int) -> LambdaLR:
+    name = args.lr_scheduler_type
+    if name not in SCHEDULER_KWARGS:
+        raise ConfigError(f"lr_scheduler_type={name!r} is not supported.")
+    if num_training_steps <= 0:
+        raise ConfigError(f"num_training_steps={num_training_steps} must be > 0 to build a schedule.")
+    given = dict(args.lr_scheduler_kwargs or {})
+    unknown = sorted(set(given) - set(SCHEDULER_KWARGS[name]))
+    if unknown:
+        accepted = ", ".join(SCHEDULER_KWARGS[name]) or "none"
+        raise ConfigError(f"lr_scheduler_kwargs {unknown} are not accepted by lr_scheduler_type={name!r} "
+                          f"(accepted: {accepted}).")
+    extra = {**SCHEDULER_KWARGS[name], **given}
+    warmup = args.get_warmup_steps(num_training_steps)
+
+    if name == "constant":
+        if warmup > 0:  # HF ignores warmup here too; say so instead of surprising the user
+            warnings.warn("lr_scheduler_type='constant' ignores warmup_steps; use 'constant_with_warmup'.",
+                          stacklevel=2)
+        lr_lambda = _constant
+    elif name == "constant_with_warmup":
+        lr_lambda = functools.partial(_constant_with_warmup, num_warmup_steps=warmup)
+    elif name == "linear":
+        lr_lambda = functools.partial(_linear, num_warmup_steps=warmup, num_training_steps=num_training_steps)
+    elif name == "cosine":
+        lr_lambda = functools.partial(_cosine, num_warmup_steps=warmup, num_training_steps=num_training_steps,
+                                      **extra)
+    else:  # polynomial
+        lr_init = optimizer.defaults["lr"]
+        if not lr_init > extra["lr_end"]:
+            raise ConfigError(f"lr_scheduler_kwargs lr_end={extra['lr_end']} must be smaller than "
+                              f"learning_rate={lr_init}.")
+        lr_lambda = functools.partial(_polynomial, num_warmup_steps=warmup, num_training_steps=num_training_steps,
+                                      lr_init=lr_init, **extra)
+    return LambdaLR(optimizer, lr_lambda)

@@ -1,0 +1,97 @@
+"""Checks run on the driver before any actor starts (principle 4: fail before spending).
+
+Each failure is a `ConfigError` that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import cloudpickle
+import torch
+
+from .data.columns import LABEL_ALIASES, dataset_columns
+from .errors import ConfigError
+
+DRIVER_ONLY = ("callback_handler",)
+
+
+def check_dataset(dataset: Any, name: str):
+    if dataset is None:
+        return
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
+        raise ConfigError(f"{name} must be a map-style dataset (datasets.Dataset or a torch Dataset with "
+                          "__len__ and __getitem__); iterable datasets are not supported yet.")
+    try:
+        size = len(dataset)
+    except TypeError as exc:
+        raise ConfigError(f"{name} has no len(): use a map-style dataset.") from exc
+    if size == 0:
+        raise ConfigError(f"{name} is empty.")
+
+
+def check_inputs(trainer, training: bool):
+    args = trainer.args
+    if training:
+        if trainer.train_dataset is None:
+            raise ConfigError("train() needs a train_dataset: pass Trainer(train_dataset=...).")
+        check_dataset(trainer.train_dataset, "train_dataset")
+    if args.eval_strategy != "no" and trainer.eval_dataset is None:
+        raise ConfigError(f"eval_strategy={args.eval_strategy!r} needs an eval_dataset: pass "
+                          "Trainer(eval_dataset=...) or set eval_strategy='no'.")
+    evals = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
+    for key, dataset in evals.items():
+        check_dataset(dataset, f"eval_dataset[{key!r}]" if key else "eval_dataset")
+
+
+def check_loss(trainer, dataset: Any, dataset_name: str):
+    """Run the loss on two samples, on the driver, so a missing label column or a model that returns no loss
+    fails here rather than in every worker. Skipped with model_init (no model object on the driver yet)."""
+    model = trainer.model
+    if model is None or dataset is None:
+        return
+    batch = trainer._collator()([dataset[i] for i in range(min(2, len(dataset)))])
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            trainer.compute_loss(model, batch)
+    except Exception as exc:
+        raise ConfigError(_loss_failure(trainer, dataset, dataset_name, exc)) from exc
+    finally:
+        model.train(was_training)
+
+
+def _loss_failure(trainer, dataset, dataset_name: str, exc: Exception) -> str:
+    columns = dataset_columns(dataset) or []
+    present = set(columns) | ({"labels"} if set(LABEL_ALIASES) & set(columns) else set())
+    missing = [n for n in trainer.label_names if n not in present]
+    if missing and trainer.compute_loss_func is None:
+        return (f"{dataset_name} has no {missing[0]!r} column, which {type(trainer.model).__name__} needs to "
+                f"compute its loss (columns: {columns}). Add the label column, point label_names at it, or "
+                f"pass compute_loss_func=.... The model said: {exc}")
+    return (f"Computing the loss on two samples of {dataset_name} failed on the driver, before any worker "
+            f"started: {type(exc).__name__}: {exc}")
+
+
+def serialise(trainer) -> bytes:
+    """The trainer as the workers receive it. A failure names the attribute and suggests model_init."""
+    try:
+        return cloudpickle.dumps(trainer)
+    except Exception as exc:
+        culprit = _unpicklable_attribute(trainer)
+        hint = ("Pass model_init=<a function that builds the model> instead of the model object, so each "
+                "worker builds its own." if culprit in (None, "model") else
+                f"Make Trainer.{culprit} serialisable, or create it inside a hook that runs on the workers.")
+        raise ConfigError(f"The trainer cannot be sent to the workers: {culprit or 'an attribute'} cannot be "
+                          f"serialised ({type(exc).__name__}: {exc}). {hint}") from exc
+
+
+def _unpicklable_attribute(trainer) -> Optional[str]:
+    for name, value in trainer.__getstate__().items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            return name
+    return None

@@ -1,0 +1,126 @@
+"""Trainer state and the HF-shaped result types.
+
+`TrainerState` serialises to the same `trainer_state.json` as Hugging Face's (transformers'
+`TrainerState.load_from_json` reads ours). HF's loader passes every top-level key to the constructor, so our
+own fields (data position, world size, run id, restarts) live under `stateful_callbacks["raytrainer"]`, the
+one HF field meant for extra state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+OWN_STATE_KEY = "raytrainer"
+
+
+@dataclass
+class TrainerState:
+    epoch: float = 0
+    global_step: int = 0
+    max_steps: int = 0
+    logging_steps: int = 500
+    eval_steps: int = 500
+    save_steps: int = 500
+    train_batch_size: Optional[int] = None
+    num_train_epochs: int = 0
+    num_input_tokens_seen: int = 0
+    total_flos: float = 0
+    log_history: list = field(default_factory=list)
+    best_metric: Optional[float] = None
+    best_global_step: Optional[int] = None
+    best_model_checkpoint: Optional[str] = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+    is_hyper_param_search: bool = False
+    trial_name: Optional[str] = None
+    trial_params: Optional[dict] = None
+    stateful_callbacks: dict = field(default_factory=dict)
+
+    # ---- our fields, kept inside stateful_callbacks so HF can load the file ----
+    @property
+    def own(self) -> dict:
+        return self.stateful_callbacks.setdefault(OWN_STATE_KEY, {})
+
+    @property
+    def samples_seen_in_epoch(self) -> int:
+        """The data position: a global sample offset into the current epoch's order (world-size free)."""
+        return int(self.own.get("samples_seen_in_epoch", 0))
+
+    @samples_seen_in_epoch.setter
+    def samples_seen_in_epoch(self, value: int):
+        self.own["samples_seen_in_epoch"] = int(value)
+
+    @property
+    def epoch_index(self) -> int:
+        return int(self.own.get("epoch_index", 0))
+
+    @epoch_index.setter
+    def epoch_index(self, value: int):
+        self.own["epoch_index"] = int(value)
+
+    @property
+    def restarts(self) -> list:
+        return self.own.setdefault("restarts", [])
+
+    def to_json_string(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"
+
+    @classmethod
+    def from_json_string(cls, text: str) -> "TrainerState":
+        data = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _json_default(value: Any):
+    if isinstance(value, (np.generic,)):
+        return value.item()
+    if hasattr(value, "item"):  # 0-d tensors
+        return value.item()
+    return str(value)
+
+
+@dataclass
+class TrainerControl:
+    """What a callback asks the loop to do. Kept HF-shaped; decisions are applied at an agreed step."""
+    should_training_stop: bool = False
+    should_epoch_stop: bool = False
+    should_save: bool = False
+    should_evaluate: bool = False
+    should_log: bool = False
+
+    def reset_step(self):
+        self.should_save = self.should_evaluate = self.should_log = False
+
+
+class TrainOutput(NamedTuple):
+    global_step: int
+    training_loss: float
+    metrics: dict
+
+
+class EvalPrediction:
+    """Predictions and labels for `compute_metrics`, as in HF (`preds, labels = eval_pred` works)."""
+
+    def __init__(self, predictions, label_ids, inputs=None, losses=None):
+        self.predictions = predictions
+        self.label_ids = label_ids
+        self.inputs = inputs
+        self.losses = losses
+
+    def __iter__(self):
+        return iter((self.predictions, self.label_ids))
+
+    def __getitem__(self, idx):
+        return (self.predictions, self.label_ids)[idx]
+
+
+class PredictionOutput(NamedTuple):
+    predictions: Any
+    label_ids: Any
+    metrics: Optional[dict]

@@ -1,0 +1,23 @@
+"""DistributedDataParallel: every rank holds the whole model; gradients are averaged by all-reduce."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .base import Strategy
+
+
+class DDPStrategy(Strategy):
+    name = "ddp"
+
+    def setup(self, model: nn.Module) -> nn.Module:
+        model = model.to(self.ctx.device)
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def no_sync(self, model: nn.Module):
+        return model.no_sync()

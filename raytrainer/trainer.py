@@ -1,0 +1,214 @@
+"""`Trainer`: the driver-side API. Hugging Face's constructor and methods; the work runs on Ray.
+
+`train()`, `evaluate()` and `predict()` validate everything here, then ship the trainer (with any user
+subclass) to a Ray Train worker group, or run the same code in this process when num_workers=0. The hooks
+that run on the workers are inherited from `WorkerHooks`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Dict, Optional, Union
+
+import torch
+
+from . import preflight
+from .args import TrainingArguments
+from .callbacks.base import CallbackHandler, TrainerCallback
+from .callbacks.progress import PrinterCallback, ProgressCallback
+from .checkpoint import storage
+from .checkpoint.listing import newest_committed
+from .checkpoint.manifest import is_committed
+from .checkpoint.model_io import load_into, save_model_files
+from .coordinator import cluster, launcher
+from .errors import ConfigError, StorageError
+from .state import PredictionOutput, TrainerState, TrainOutput
+from .worker.context import WorkerContext
+from .worker.hooks import WorkerHooks
+
+
+class Trainer(WorkerHooks):
+    def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
+                 data_collator: Optional[Callable] = None, train_dataset=None,
+                 eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,
+                 model_init: Optional[Callable[[], torch.nn.Module]] = None,
+                 compute_loss_func: Optional[Callable] = None, compute_metrics: Optional[Callable] = None,
+                 callbacks: Optional[list] = None, optimizers=(None, None),
+                 preprocess_logits_for_metrics: Optional[Callable] = None):
+        if model is None and model_init is None:
+            raise ConfigError("Trainer needs a model: pass model=... or model_init=<a function returning one>.")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        self.args = args if args is not None else TrainingArguments()
+        self.model = model
+        self.model_init = model_init
+        self.data_collator = data_collator
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.processing_class = processing_class
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.optimizer, self.lr_scheduler = optimizers
+        self.state = TrainerState()
+        self.ctx = WorkerContext()  # the driver's view until a worker sets its own
+        self.model_wrapped = model
+        self.strategy = None
+        progress = PrinterCallback if self.args.disable_tqdm else ProgressCallback
+        self.callback_handler = CallbackHandler([progress()], self.args, self.state)
+        for callback in callbacks or []:
+            self.add_callback(callback)
+
+    # ------------------------------------------------------------------ callbacks (HF API)
+    def add_callback(self, callback: Union[TrainerCallback, type]):
+        self.callback_handler.add(callback)
+
+    def pop_callback(self, callback):
+        for existing in list(self.callback_handler.callbacks):
+            if existing is callback or (isinstance(callback, type) and isinstance(existing, callback)):
+                self.callback_handler.callbacks.remove(existing)
+                return existing
+        return None
+
+    def remove_callback(self, callback):
+        self.pop_callback(callback)
+
+    # ------------------------------------------------------------------ pickling to the workers
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for name in preflight.DRIVER_ONLY:  # callbacks run on the driver, from the event stream
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    # ------------------------------------------------------------------ public API
+    def train(self, resume_from_checkpoint: Union[str, bool, None] = None, **kwargs) -> TrainOutput:
+        if kwargs:
+            raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
+        args = self.args
+        preflight.check_inputs(self, training=True)
+        preflight.check_loss(self, self.train_dataset, "train_dataset")
+        self._connect_and_check_storage()
+        resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
+                                          else args.resume_from_checkpoint)
+        run_id = uuid.uuid4().hex[:12]
+        job = {"kind": "train", "run_id": run_id, "resume_from": resume_url}
+        self.state = TrainerState()
+        self.callback_handler.state = self.state
+        result = self._run(job, run_name=f"{args.run_name or 'raytrainer'}-{run_id}")
+        self.state = TrainerState.from_json_string(result["state"])
+        self.callback_handler.state = self.state
+        self._load_trained_weights(result["model_state"])
+        return result["train_output"]
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if dataset is None:
+            raise ConfigError("evaluate() needs an eval dataset: pass Trainer(eval_dataset=...) or "
+                              "evaluate(eval_dataset=...).")
+        datasets = dataset if isinstance(dataset, dict) else {None: dataset}
+        metrics = {}
+        for name, ds in datasets.items():
+            preflight.check_dataset(ds, "eval_dataset")
+            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
+            self._connect()
+            result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys},
+                               run_name=f"raytrainer-eval-{uuid.uuid4().hex[:8]}")
+            metrics.update(result["metrics"])
+        self.state.log_history.append({**metrics, "step": self.state.global_step})
+        self.callback_handler.handle({"kind": "evaluate", "metrics": metrics})
+        return metrics
+
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> PredictionOutput:
+        preflight.check_dataset(test_dataset, "test_dataset")
+        self._connect()
+        result = self._run({"kind": "predict", "dataset": test_dataset, "prefix": metric_key_prefix,
+                            "ignore_keys": ignore_keys}, run_name=f"raytrainer-predict-{uuid.uuid4().hex[:8]}")
+        output = result["prediction"]
+        self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
+        return output
+
+    def save_model(self, output_dir: Optional[str] = None):
+        """Save the model (its save_pretrained format, else model.safetensors) to a local path or URL."""
+        output_dir = output_dir or self.args.output_dir
+        model = self._driver_model()
+        if storage.is_local(output_dir):
+            self._save(output_dir.removeprefix("file://"), model=model)
+            return
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as staging:
+            self._save(staging, model=model)
+            fs, path = storage.get_fs(output_dir, self.args.storage_options)
+            fs.put(staging.rstrip("/") + "/", path, recursive=True)
+
+    def _save(self, output_dir: str, state_dict: Optional[dict] = None, model=None):
+        """Write the model files into a local directory (HF's hook name; a subclass may add files)."""
+        save_model_files(model if model is not None else self._driver_model(), output_dir, state_dict)
+        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(output_dir)
+
+    # ------------------------------------------------------------------ internals
+    def _connect(self):
+        if self.args.num_workers > 0:
+            cluster.connect(self.args.ray_address)
+
+    def _use_gpu(self) -> bool:
+        if self.args.num_workers == 0:
+            return bool(self.args.use_gpu) and torch.cuda.is_available()
+        return cluster.cluster_has_gpus() if self.args.use_gpu is None else self.args.use_gpu
+
+    def _connect_and_check_storage(self):
+        args = self.args
+        self._connect()
+        if args.num_workers > 0:
+            cluster.check_placeable(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
+            if (storage.is_local(args.output_dir) and cluster.alive_node_count() > 1
+                    and not args.allow_local_output_dir_on_multinode):
+                raise StorageError(
+                    f"output_dir={args.output_dir!r} is a local path, but the cluster has "
+                    f"{cluster.alive_node_count()} nodes: workers on other nodes would write checkpoints "
+                    "nobody else can read. Use shared storage (s3://..., or an NFS mount) or, if this path "
+                    "is shared, set allow_local_output_dir_on_multinode=True.")
+        storage.check_writable(args.output_dir, args.storage_options)
+
+    def _resolve_resume(self, requested: Union[str, bool, None]) -> Optional[str]:
+        """True: the newest committed checkpoint under output_dir; a path/URL: that one, if committed."""
+        if requested in (None, False):
+            return None
+        opts = self.args.storage_options
+        if requested is True:
+            url = newest_committed(self.args.output_dir, opts)
+            if url is None:
+                raise ConfigError(f"resume_from_checkpoint=True but {self.args.output_dir!r} holds no committed "
+                                  "checkpoint. Train without resuming, or point at a checkpoint.")
+            return url
+        url = str(requested)
+        if not is_committed(url, opts):
+            raise ConfigError(f"resume_from_checkpoint={url!r} is not a committed checkpoint (missing, "
+                              "or its write never finished). `raytrainer checkpoints OUTPUT_DIR` lists them.")
+        return url
+
+    def _run(self, job: dict, run_name: str) -> Any:
+        payload = preflight.serialise(self)
+        use_gpu = self._use_gpu()
+        if self.args.num_workers == 0:
+            import cloudpickle
+
+            # Work on a copy, as a worker would: the driver's model changes only from the result.
+            return launcher.run_in_process(cloudpickle.loads(payload), job, self.callback_handler, use_gpu)
+        return launcher.run_on_ray(payload, job, self.callback_handler, self.args, use_gpu, run_name)
+
+    def _driver_model(self) -> torch.nn.Module:
+        if self.model is None:
+            self.model = self.model_init()
+        return self.model
+
+    def _load_trained_weights(self, model_state: dict):
+        model = self._driver_model()
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        load_into(model, {k: v.to(device) for k, v in model_state.items()})
+        self.model_wrapped = model
+

@@ -1,0 +1,56 @@
+"""The function every Ray Train worker runs (and the driver, for num_workers=0).
+
+The driver ships the whole `Trainer` (pickled once, with cloudpickle, so a user's subclass and its hooks
+come along); each worker unpickles its own copy, runs the requested job, and rank 0 hands the result to
+the event sink.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Dict
+
+import cloudpickle
+
+from ..callbacks.channel import Emitter
+from .context import WorkerContext
+from .evaluation import evaluation_loop
+from .loop import TrainLoop, set_seed
+
+
+def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) -> Any:
+    trainer.ctx = ctx
+    kind = job["kind"]
+    if kind == "train":
+        return TrainLoop(trainer, ctx, emitter, job["run_id"], job.get("resume_from")).run()
+
+    # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.
+    set_seed(trainer.args.seed)
+    model = trainer.model if trainer.model is not None else trainer.model_init()
+    trainer.model = trainer.model_wrapped = model.to(ctx.device)
+    dataset = job["dataset"]
+    if kind == "evaluate":
+        dataloader = trainer.get_eval_dataloader(dataset)
+        output = evaluation_loop(trainer, dataloader, "Evaluation", ignore_keys=job.get("ignore_keys"),
+                                 metric_key_prefix=job["prefix"])
+        return {"metrics": output.metrics} if ctx.is_main else None
+    output = evaluation_loop(trainer, trainer.get_test_dataloader(dataset), "Prediction",
+                             prediction_loss_only=False, ignore_keys=job.get("ignore_keys"),
+                             metric_key_prefix=job["prefix"])
+    return {"prediction": output} if ctx.is_main else None
+
+
+def ray_worker_main(config: Dict[str, Any]):
+    """Entry point given to Ray Train's TorchTrainer as `train_loop_per_worker`."""
+    ctx = WorkerContext.from_ray()
+    emitter = Emitter(config["sink"], ctx.rank)
+    trainer = cloudpickle.loads(config["payload"])
+    try:
+        result = run_job(trainer, config["job"], ctx, emitter)
+    except BaseException:
+        emitter.emit("error", traceback=traceback.format_exc())
+        emitter.flush(wait=True)
+        raise
+    emitter.flush(wait=True)
+    if ctx.is_main:
+        emitter.set_result(result)

@@ -1,0 +1,102 @@
+"""Evaluation and prediction on every rank, gathered without duplicated or missing samples.
+
+Each rank takes a contiguous slice of the dataset (`eval_shard`); predictions and labels are gathered to
+every rank in rank order, which is the dataset order. Sequences of different lengths are padded with -100
+when batches are concatenated (HF's `nested_concat` rule). Metrics are computed once, on rank 0, and
+broadcast, so every rank holds the same values for decisions (best checkpoint, early stopping).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+
+from ..state import EvalPrediction, PredictionOutput
+
+PAD = -100
+
+
+def _to_numpy(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_numpy(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype == torch.bfloat16:
+            value = value.float()
+        return value.numpy()
+    return value
+
+
+def concat_padded(parts: List[Any]) -> Any:
+    """Concatenate along the first axis, padding the second axis (sequence length) with -100."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    if isinstance(parts[0], (tuple, list)):
+        return type(parts[0])(concat_padded([p[i] for p in parts]) for i in range(len(parts[0])))
+    if parts[0].ndim < 2 or all(p.shape[1:] == parts[0].shape[1:] for p in parts):
+        return np.concatenate(parts, axis=0)
+    width = max(p.shape[1] for p in parts)
+    padded = []
+    for p in parts:
+        out = np.full((p.shape[0], width) + p.shape[2:], PAD, dtype=p.dtype)
+        out[:, :p.shape[1]] = p
+        padded.append(out)
+    return np.concatenate(padded, axis=0)
+
+
+def _batch_size(batch: dict) -> int:
+    for value in batch.values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return value.shape[0]
+    return 1
+
+
+def evaluation_loop(trainer, dataloader, description: str, prediction_loss_only: Optional[bool] = None,
+                    ignore_keys=None, metric_key_prefix: str = "eval") -> PredictionOutput:
+    args, ctx = trainer.args, trainer.ctx
+    if prediction_loss_only is None:
+        prediction_loss_only = args.prediction_loss_only
+    start = time.time()
+    model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
+    loss_sum, count = 0.0, 0
+    preds, labels = [], []
+    for batch in dataloader:
+        size = _batch_size(batch)
+        loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
+        if loss is not None:
+            loss_sum += float(loss) * size
+        count += size
+        if logits is not None and trainer.preprocess_logits_for_metrics is not None:
+            logits = trainer.preprocess_logits_for_metrics(logits, label)
+        preds.append(_to_numpy(logits))
+        labels.append(_to_numpy(label))
+
+    gathered = ctx.all_gather_object((loss_sum, count, concat_padded(preds), concat_padded(labels)))
+    total_loss = sum(g[0] for g in gathered)
+    num_samples = sum(g[1] for g in gathered)
+    all_preds = concat_padded([g[2] for g in gathered])
+    all_labels = concat_padded([g[3] for g in gathered])
+
+    metrics = {}
+    if ctx.is_main:
+        if trainer.compute_metrics is not None and all_preds is not None and all_labels is not None:
+            metrics = dict(trainer.compute_metrics(EvalPrediction(predictions=all_preds, label_ids=all_labels)))
+        metrics = {k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}": _plain(v)
+                   for k, v in metrics.items()}
+        if num_samples and any(g[0] for g in gathered):
+            metrics[f"{metric_key_prefix}_loss"] = total_loss / num_samples
+        runtime = time.time() - start
+        metrics[f"{metric_key_prefix}_runtime"] = round(runtime, 4)
+        metrics[f"{metric_key_prefix}_samples_per_second"] = round(num_samples / max(runtime, 1e-9), 3)
+    metrics = ctx.broadcast_object(metrics)
+    return PredictionOutput(predictions=all_preds, label_ids=all_labels, metrics=metrics)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") and np.ndim(value) == 0 else value

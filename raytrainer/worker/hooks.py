@@ -1,0 +1,140 @@
+"""The overridable steps of training, with Hugging Face's names and signatures. They run on every worker.
+
+`Trainer` inherits these; a user's subclass that overrides `compute_loss`, `training_step`, ... is shipped to
+each Ray actor, so the override runs there. Before they run, the worker loop sets `self.model` (unwrapped,
+on the worker's device), `self.model_wrapped` (DDP...), `self.ctx` (rank, world size) and `self.state`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..data.collator import DefaultCollator, pad_token_id_of
+from ..data.columns import (ColumnFilter, accepts_loss_kwargs, count_label_items, default_label_names,
+                            extract_logits, extract_loss, forward_signature)
+from ..data.sampler import DistributedBatchSampler, eval_shard
+from ..optim import create_optimizer, create_scheduler
+
+
+class WorkerHooks:
+    # Set per micro-batch by the loop: 0.0 for a rank's zero-weight filler batch (see data/sampler.py).
+    _loss_weight: float = 1.0
+    _accumulation_steps_now: int = 1
+
+    # ------------------------------------------------------------------ data
+    @property
+    def label_names(self) -> list:
+        return self.args.label_names or default_label_names(self._unwrapped_model())
+
+    def _unwrapped_model(self):
+        return self.model if self.model is not None else self.model_init()
+
+    def _collator(self):
+        collator = self.data_collator or DefaultCollator(pad_token_id=pad_token_id_of(self.processing_class))
+        if not self.args.remove_unused_columns:
+            return collator
+        names, var_kw = forward_signature(self._unwrapped_model())
+        return collator if var_kw else ColumnFilter(collator, names + self.label_names)
+
+    def get_train_dataloader(self) -> DataLoader:
+        ctx, args = self.ctx, self.args
+        sampler = DistributedBatchSampler(len(self.train_dataset), args.per_device_train_batch_size,
+                                          rank=ctx.rank, world_size=ctx.world_size, seed=args.train_data_seed,
+                                          shuffle=True, drop_last=args.dataloader_drop_last)
+        return DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self._collator(),
+                          num_workers=args.dataloader_num_workers, pin_memory=ctx.device.type == "cuda")
+
+    def get_eval_dataloader(self, eval_dataset=None) -> DataLoader:
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        return self._ordered_dataloader(dataset)
+
+    def get_test_dataloader(self, test_dataset) -> DataLoader:
+        return self._ordered_dataloader(test_dataset)
+
+    def _ordered_dataloader(self, dataset) -> DataLoader:
+        # Contiguous shard per rank: gathering in rank order restores the dataset order exactly.
+        shard = torch.utils.data.Subset(dataset, eval_shard(len(dataset), self.ctx.rank, self.ctx.world_size))
+        return DataLoader(shard, batch_size=self.args.per_device_eval_batch_size, shuffle=False,
+                          collate_fn=self._collator(), num_workers=self.args.dataloader_num_workers)
+
+    # ------------------------------------------------------------------ optimisation
+    def create_optimizer(self):
+        if self.optimizer is None:
+            self.optimizer = create_optimizer(self.model, self.args)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            self.lr_scheduler = create_scheduler(optimizer or self.optimizer, self.args, num_training_steps)
+        return self.lr_scheduler
+
+    def create_optimizer_and_scheduler(self, num_training_steps: int):
+        self.create_optimizer()
+        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+
+    # ------------------------------------------------------------------ steps
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        device = self.ctx.device
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+    @property
+    def model_accepts_loss_kwargs(self) -> bool:
+        return accepts_loss_kwargs(self.model)
+
+    def compute_loss(self, model, inputs: dict, return_outputs: bool = False,
+                     num_items_in_batch: Optional[int] = None):
+        """The loss of one micro-batch, normalised so that summing over micro-steps and ranks gives the mean
+        over every label item of the global batch (`num_items_in_batch`)."""
+        inputs = dict(inputs)
+        labels = inputs.pop("labels", None) if self.compute_loss_func is not None else None
+        rescale_items = None
+        if num_items_in_batch is not None and self.compute_loss_func is None:
+            if self.model_accepts_loss_kwargs:
+                inputs["num_items_in_batch"] = num_items_in_batch
+            else:  # the model returns a mean over its own label items: turn it into a share of the global sum
+                rescale_items = count_label_items(inputs, self.label_names)
+        outputs = model(**inputs)
+        if self.compute_loss_func is not None:
+            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        else:
+            loss = extract_loss(outputs, inputs.keys())
+            if rescale_items is not None:
+                loss = loss * (rescale_items / num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
+
+    def training_step(self, model, inputs: dict, num_items_in_batch: Optional[int] = None) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns the detached loss (its share of the step's loss)."""
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        if num_items_in_batch is None:
+            loss = loss / self._accumulation_steps_now
+        loss = loss * self._loss_weight
+        # DDP averages gradients over ranks; a loss already normalised by the global item count must be summed.
+        ddp_scale = self.ctx.world_size if (num_items_in_batch is not None
+                                            and self.args.average_tokens_across_devices) else 1
+        (loss * ddp_scale).backward()
+        return loss.detach()
+
+    def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):
+        """(loss, logits, labels) of one evaluation batch, without gradients."""
+        inputs = self._prepare_inputs(inputs)
+        label_names = self.label_names
+        has_labels = all(inputs.get(n) is not None for n in label_names)
+        labels = None
+        if has_labels:
+            labels = tuple(inputs[n].detach() for n in label_names)
+            labels = labels[0] if len(labels) == 1 else labels
+        model.eval()
+        with torch.no_grad():
+            if has_labels:
+                loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
+                loss = loss.mean().detach()
+            else:
+                loss, outputs = None, model(**inputs)
+        if prediction_loss_only:
+            return loss, None, None
+        return loss, extract_logits(outputs, ignore_keys), labels

@@ -1,0 +1,46 @@
+"""Session-wide fixtures: one local Ray for the whole suite (start-up is paid once), a real S3 API on
+loopback (moto server), and a guard that fails a test which leaks a torch process group."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch.distributed as dist
+
+from tests.s3server import s3_bucket, s3_server  # noqa: F401  (fixtures)
+
+os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray with 4 logical CPUs: two 1-CPU workers plus headroom, on a 2-core machine."""
+    import ray
+
+    from raytrainer.coordinator.cluster import connect
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING",
+                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
+    connect()  # reuses the running instance
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_process_group():
+    yield
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        pytest.fail("the test left a torch.distributed process group initialised")
+
+
+@pytest.fixture(params=["local", "s3"])
+def output_url(request, tmp_path):
+    """(output_dir, storage_options) on a local directory and on S3 (moto on loopback)."""
+    if request.param == "local":
+        return str(tmp_path / "run"), None
+    bucket = request.getfixturevalue("s3_bucket")
+    return bucket + "/run", dict(request.getfixturevalue("s3_server").storage_options)

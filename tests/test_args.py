@@ -1,0 +1,88 @@
+import dataclasses
+import enum
+import json
+import pickle
+
+import pytest
+
+from raytrainer.args import RAY_FIELDS, TrainingArguments
+from raytrainer.errors import ConfigError
+
+
+def _plain(value):
+    return value.value if isinstance(value, enum.Enum) else value  # HF stores strategies as str enums
+
+
+def test_defaults_match_transformers():
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.TrainingArguments(output_dir="x")
+    ours = TrainingArguments()
+    hf_names = {f.name for f in dataclasses.fields(hf)}
+    shared = [f.name for f in dataclasses.fields(ours) if f.name in hf_names and f.name != "output_dir"]
+    assert len(shared) > 30  # guards against comparing nothing after a rename
+    for name in shared:
+        assert _plain(getattr(hf, name)) == getattr(ours, name), name
+        assert type(_plain(getattr(hf, name))) is type(getattr(ours, name)), name
+    # Every field that is not HF's is declared as ours.
+    assert {f.name for f in dataclasses.fields(ours)} - hf_names - {"output_dir"} == set(RAY_FIELDS)
+
+
+def test_output_dir_default_and_str():
+    assert TrainingArguments().output_dir == "trainer_output"
+    import pathlib
+    assert TrainingArguments(output_dir=pathlib.Path("/tmp/run")).output_dir == "/tmp/run"
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"learning_rate": 0}, "learning_rate"),
+    ({"learning_rate": -1e-3}, "learning_rate"),
+    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size"),
+    ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
+    ({"optim": "adamw_apex"}, "optim"),
+    ({"lr_scheduler_type": "cosine_with_restarts"}, "lr_scheduler_type"),
+    ({"warmup_steps": 1.5}, "warmup_steps"),
+    ({"warmup_steps": -1}, "warmup_steps"),
+    ({"eval_strategy": "steps", "eval_steps": 0}, "eval_steps"),
+    ({"save_strategy": "best"}, "metric_for_best_model"),
+    ({"load_best_model_at_end": True, "eval_strategy": "epoch", "save_strategy": "steps"}, "load_best_model_at_end"),
+    ({"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 10, "save_steps": 15},
+     "load_best_model_at_end"),
+    ({"num_workers": -1}, "num_workers"),
+    ({"max_failures": -2}, "max_failures"),
+    ({"lr_scheduler_kwargs": "{not json"}, "lr_scheduler_kwargs"),
+    ({"resources_per_worker": {"GPU": 1}, "use_gpu": False}, "use_gpu"),
+])
+def test_inconsistent_values_raise_naming_the_field(kwargs, field):
+    with pytest.raises(ConfigError, match=field):
+        TrainingArguments(**kwargs)
+
+
+def test_accepted_edge_values():
+    assert TrainingArguments(warmup_steps=0.1).get_warmup_steps(20) == 2
+    assert TrainingArguments(warmup_steps=5).get_warmup_steps(20) == 5
+    assert TrainingArguments(max_failures=-1, num_workers=0).max_failures == -1
+    # Ratios compare exactly even where float modulo does not (0.2 % 0.1 != 0).
+    TrainingArguments(load_best_model_at_end=True, eval_strategy="steps", eval_steps=0.1, save_steps=0.2)
+    TrainingArguments(save_strategy="best", metric_for_best_model="accuracy")
+
+
+def test_derived_values_follow_hf():
+    args = TrainingArguments(eval_strategy="steps", logging_steps=50)
+    assert args.eval_steps == 50  # defaults to logging_steps
+    assert TrainingArguments(metric_for_best_model="accuracy").greater_is_better is True
+    best = TrainingArguments(load_best_model_at_end=True, eval_strategy="steps")
+    assert (best.metric_for_best_model, best.greater_is_better) == ("loss", False)
+    assert TrainingArguments(lr_scheduler_kwargs='{"num_cycles": 1}').lr_scheduler_kwargs == {"num_cycles": 1}
+    assert TrainingArguments(label_names="y").label_names == ["y"]
+
+
+def test_storage_secrets_never_in_repr_or_dict():
+    args = TrainingArguments(output_dir="s3://bucket/run",
+                             storage_options={"key": "AKIAEXAMPLE", "secret": "hunter2-secret",
+                                              "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}})
+    for text in (repr(args), str(args), json.dumps(args.to_dict()), args.to_json_string()):
+        assert "hunter2-secret" not in text and "AKIAEXAMPLE" not in text
+        assert "s3://bucket/run" in text
+    assert args.storage_options["secret"] == "hunter2-secret"  # still usable by the workers
+    assert pickle.loads(pickle.dumps(args)).storage_options == args.storage_options

@@ -1,0 +1,63 @@
+"""Real Ray Train worker groups with gloo process groups: the same run on 2 workers, 1 worker and in the
+driver process ends with the same weights; a distributed evaluation equals the single-process one.
+
+41 samples in global batches of 8: the last micro-batch of each epoch has one sample, so rank 1 runs a
+zero-weight filler there, which must change nothing.
+"""
+
+import numpy as np
+import pytest
+
+from raytrainer import Trainer, TrainingArguments
+from tests.models import TokenData, assert_same_weights, make_model, weights
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def train(tmp_path, num_workers, batch, **extra):
+    args = TrainingArguments(output_dir=str(tmp_path / f"w{num_workers}"), num_workers=num_workers,
+                             per_device_train_batch_size=batch, num_train_epochs=2, learning_rate=1e-2,
+                             optim="adamw_torch", logging_steps=3, save_strategy="no", disable_tqdm=True,
+                             seed=7, **extra)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(41))
+    return trainer, trainer.train()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("ref"), num_workers=0, batch=8)
+
+
+def test_two_workers_batch_4_equal_one_worker_batch_8_and_in_process(tmp_path, reference):
+    ref_trainer, ref_out = reference
+    two, two_out = train(tmp_path, num_workers=2, batch=4)
+    one, one_out = train(tmp_path, num_workers=1, batch=8)
+    assert two_out.global_step == one_out.global_step == ref_out.global_step == 12
+    assert_same_weights(weights(two.model), weights(ref_trainer.model))
+    assert_same_weights(weights(one.model), weights(ref_trainer.model))
+    losses = lambda t: [h["loss"] for h in t.state.log_history if "loss" in h]  # noqa: E731
+    np.testing.assert_allclose(losses(two), losses(ref_trainer), rtol=1e-5)
+    assert len(losses(two)) == 4
+
+
+def test_two_workers_with_accumulation_match_in_process(tmp_path, reference):
+    ref_trainer, _ = reference
+    acc, _ = train(tmp_path, num_workers=2, batch=2, gradient_accumulation_steps=2)
+    assert_same_weights(weights(acc.model), weights(ref_trainer.model))
+
+
+def test_distributed_evaluate_on_odd_size_equals_one_process(tmp_path):
+    def metrics(p):
+        mask = p.label_ids != -100
+        return {"accuracy": float((p.predictions.argmax(-1)[mask] == p.label_ids[mask]).mean()),
+                "n": float(len(p.label_ids))}
+
+    results = {}
+    for workers in (0, 2):
+        args = TrainingArguments(output_dir=str(tmp_path), num_workers=workers, per_device_eval_batch_size=3,
+                                 disable_tqdm=True)
+        trainer = Trainer(model=make_model(), args=args, eval_dataset=TokenData(13, seed=5),
+                          compute_metrics=metrics)
+        results[workers] = trainer.evaluate()
+    assert results[2]["eval_n"] == results[0]["eval_n"] == 13
+    assert results[2]["eval_accuracy"] == pytest.approx(results[0]["eval_accuracy"])

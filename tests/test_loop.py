@@ -1,0 +1,100 @@
+"""The training loop in the driver process (num_workers=0): exact loss normalisation, accumulation,
+logging, evaluation, and the HF-shaped outputs."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from raytrainer import Trainer, TrainerCallback, TrainingArguments
+from tests.models import TokenData, assert_same_weights, make_model, weights
+
+
+def run(tmp_path, n=40, **overrides):
+    args = dict(output_dir=str(tmp_path / "out"), num_workers=0, per_device_train_batch_size=8, max_steps=6,
+                learning_rate=1e-2, optim="adamw_torch", logging_steps=1, save_strategy="no", disable_tqdm=True)
+    args.update(overrides)
+    model = make_model()
+    trainer = Trainer(model=model, args=TrainingArguments(**args), train_dataset=TokenData(n))
+    output = trainer.train()
+    return trainer, output
+
+
+def test_gradient_accumulation_equals_one_big_batch_on_padded_variable_length_labels(tmp_path):
+    big, big_out = run(tmp_path / "a", per_device_train_batch_size=8)
+    acc, acc_out = run(tmp_path / "b", per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    big_losses = [h["loss"] for h in big.state.log_history if "loss" in h]
+    acc_losses = [h["loss"] for h in acc.state.log_history if "loss" in h]
+    assert len(big_losses) == 6
+    np.testing.assert_allclose(acc_losses, big_losses, rtol=1e-5)
+    assert_same_weights(weights(acc.model), weights(big.model))
+    assert acc_out.global_step == big_out.global_step == 6
+
+
+def test_loss_is_mean_over_label_tokens_of_the_global_batch(tmp_path):
+    """Step 1's logged loss equals a direct computation over the first global batch (token mean)."""
+    trainer, _ = run(tmp_path, max_steps=1, per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    from raytrainer.data.collator import DefaultCollator
+    from raytrainer.data.sampler import DistributedBatchSampler
+
+    data = TokenData(40)
+    first = next(iter(DistributedBatchSampler(40, 8, seed=42)))
+    batch = DefaultCollator()([data[i] for i in first])
+    model = make_model()
+    logits = model(batch["input_ids"])["logits"]
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(),
+                                                 ignore_index=-100).item()
+    assert trainer.state.log_history[0]["loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_logs_and_train_output_are_hf_shaped(tmp_path):
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            seen.append(dict(logs))
+
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, per_device_train_batch_size=8,
+                             num_train_epochs=1.5, logging_steps=2, learning_rate=1e-2, warmup_steps=0.25,
+                             save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(40), callbacks=[Record])
+    output = trainer.train()
+    assert output.global_step == math.ceil(1.5 * 5) == trainer.state.global_step
+    assert seen and {"loss", "grad_norm", "learning_rate", "epoch", "step", "train_samples_per_second",
+                     "train_tokens_per_second"} <= seen[0].keys()
+    assert seen[0]["step"] == 2
+    assert seen[-1]["loss"] < seen[0]["loss"]
+    assert {"train_runtime", "train_loss", "train_samples_per_second"} <= output.metrics.keys()
+    assert trainer.state.log_history[-1]["train_loss"] == output.training_loss
+
+
+def test_evaluate_and_predict_in_process(tmp_path):
+    def metrics(p):
+        preds = p.predictions.argmax(-1)
+        mask = p.label_ids != -100
+        return {"accuracy": float((preds[mask] == p.label_ids[mask]).mean())}
+
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, per_device_eval_batch_size=4,
+                             disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, eval_dataset=TokenData(11, seed=1), compute_metrics=metrics)
+    result = trainer.evaluate()
+    assert {"eval_loss", "eval_accuracy", "eval_runtime"} <= result.keys()
+    prediction = trainer.predict(TokenData(7, seed=2))
+    assert prediction.predictions.shape[:2] == (7, 8) and prediction.label_ids.shape == (7, 8)
+    assert "test_loss" in prediction.metrics
+
+
+def test_model_init_and_optimizers_from_the_user(tmp_path):
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=3, save_strategy="no",
+                             disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=TokenData(24), optimizers=(optimizer, scheduler))
+    trainer.train()
+    assert trainer.state.log_history[-1]["train_loss"] > 0
+    trainer2 = Trainer(model_init=make_model, args=args, train_dataset=TokenData(24))
+    trainer2.train()
+    assert isinstance(trainer2.model, torch.nn.Module)
+    assert not torch.equal(trainer2.model.head.weight, make_model().head.weight)
