@@ -147,6 +147,10 @@ def make_timed_trainer_class():
         threads: int = 1
         kill: Optional[dict] = None
 
+        def __setstate__(self, state):
+            super().__setstate__(state)
+            self._b_unpickled = time.time()  # the worker (or in-process copy) has the trainer: its code runs now
+
         def _bench_init(self):
             torch.set_num_threads(self.threads)
             self._b_perf, self._b_wall, self._b_steps = [], [], []
@@ -156,7 +160,8 @@ def make_timed_trainer_class():
 
         def _bench_dump(self):
             write_stamps(self._b_path, self._b_perf, self._b_wall, self._b_steps, rank=self.ctx.rank,
-                         restarted=self._b_restarted, threads=torch.get_num_threads())
+                         restarted=self._b_restarted, threads=torch.get_num_threads(),
+                         entered=getattr(self, "_b_unpickled", None))
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             if getattr(self, "_b_perf", None) is None:

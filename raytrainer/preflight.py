@@ -10,7 +10,7 @@ from typing import Any, Optional
 import cloudpickle
 import torch
 
-from .data.columns import LABEL_ALIASES, dataset_columns
+from .data.columns import LABEL_ALIASES, count_label_items, dataset_columns
 from .errors import ConfigError
 
 DRIVER_ONLY = ("callback_handler",)
@@ -56,7 +56,7 @@ def check_loss(trainer, dataset: Any, dataset_name: str):
     was_training = model.training
     try:
         with torch.no_grad():
-            trainer.compute_loss(model, batch)
+            trainer.compute_loss(model, batch, num_items_in_batch=count_label_items(batch, trainer.label_names))
     except Exception as exc:
         raise ConfigError(_loss_failure(trainer, dataset, dataset_name, exc)) from exc
     finally:

@@ -135,7 +135,7 @@ class Trainer(WorkerHooks):
         output_dir = output_dir or self.args.output_dir
         model = self._driver_model()
         if storage.is_local(output_dir):
-            self._save(output_dir.removeprefix("file://"), model=model)
+            self._save(storage.local_path(output_dir), model=model)
             return
         import tempfile
 

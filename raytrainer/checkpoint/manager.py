@@ -14,7 +14,7 @@ from .listing import TRAINER_STATE_NAME, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
 from .snapshot import (OPTIMIZER_FILE, SCHEDULER_FILE, Snapshot, get_rng_state, rng_file, set_rng_state,
                        to_host, torch_from_bytes)
-from .storage import exists, join, read_bytes, read_text, remove
+from .storage import exists, join, read_bytes, read_text
 from .writer import CheckpointWriter
 from ..state import TrainerState
 
@@ -96,7 +96,3 @@ class CheckpointManager:
         set_rng_state(torch_from_bytes(read_bytes(rng_url if exists(rng_url, opts) else join(url, rng_file(0)),
                                                   opts)))
         return TrainerState.from_json_string(read_text(join(url, TRAINER_STATE_NAME), opts))
-
-    @staticmethod
-    def clear(url: str, storage_options: Optional[dict]):
-        remove(url, recursive=True, storage_options=storage_options)

@@ -40,6 +40,11 @@ def is_local(url: str) -> bool:
     return protocol(url) in _LOCAL_PROTOCOLS
 
 
+def local_path(url: str) -> str:
+    """The filesystem path of a local URL (`file:///x` -> `/x`)."""
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts onto a URL or local path, keeping the scheme (`s3://b/run` + `x` = `s3://b/run/x`)."""
     base = str(base)

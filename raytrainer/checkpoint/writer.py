@@ -16,13 +16,15 @@ from typing import Callable, Optional
 
 from . import manifest, retention
 from .snapshot import Snapshot
-from .storage import get_fs, is_local, join
+from .storage import exists, get_fs, is_local, join, local_path
 
 
 def write_snapshot(snapshot: Snapshot, ckpt_url: str, save_model: Callable[[str, dict], None],
                    storage_options: Optional[dict] = None) -> dict:
     """Write every file of `snapshot` under `ckpt_url`, then commit. Returns the manifest."""
-    staging = _local_path(ckpt_url) if is_local(ckpt_url) else tempfile.mkdtemp(prefix="raytrainer-ckpt-")
+    if exists(ckpt_url, storage_options):  # a leftover of the same step: un-commit it before rewriting
+        manifest.delete(ckpt_url, storage_options)
+    staging = local_path(ckpt_url) if is_local(ckpt_url) else tempfile.mkdtemp(prefix="raytrainer-ckpt-")
     try:
         os.makedirs(staging, exist_ok=True)
         save_model(staging, snapshot.model_state)
@@ -37,10 +39,6 @@ def write_snapshot(snapshot: Snapshot, ckpt_url: str, save_model: Callable[[str,
     finally:
         if not is_local(ckpt_url):
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _local_path(url: str) -> str:
-    return url[len("file://"):] if url.startswith("file://") else url
 
 
 def _sizes(root: str) -> dict:

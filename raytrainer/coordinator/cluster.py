@@ -26,7 +26,9 @@ def connect(address: str | None = None):
     existing = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
     address = address or os.environ.get("RAY_ADDRESS") or None
-    ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False if not address else None,
+    # The dashboard stays on (Ray's default): Ray Train's placement-group cleaner queries the state API
+    # it serves, and warns every few seconds without it.
+    ray.init(address=address, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 
 from ..data.collator import DefaultCollator, pad_token_id_of
@@ -77,8 +78,8 @@ class WorkerHooks:
 
     # ------------------------------------------------------------------ steps
     def _prepare_inputs(self, inputs: dict) -> dict:
-        device = self.ctx.device
-        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        # accelerate's send_to_device walks nested dicts/lists/tuples (and anything with .to), non-blocking.
+        return send_to_device(inputs, self.ctx.device, non_blocking=True)
 
     @property
     def model_accepts_loss_kwargs(self) -> bool:
@@ -121,6 +122,8 @@ class WorkerHooks:
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):
         """(loss, logits, labels) of one evaluation batch, without gradients."""
+        if ignore_keys is None:  # HF models name outputs that are not predictions (e.g. past_key_values)
+            ignore_keys = getattr(getattr(self.model, "config", None), "keys_to_ignore_at_inference", [])
         inputs = self._prepare_inputs(inputs)
         label_names = self.label_names
         has_labels = all(inputs.get(n) is not None for n in label_names)

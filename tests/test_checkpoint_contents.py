@@ -1,0 +1,90 @@
+"""What a checkpoint holds: HF-loadable files, retention that keeps the newest and the best, best-model
+loading, and save_only_model checkpoints that refuse to be resumed from."""
+
+import os
+
+import pytest
+import torch
+
+from raytrainer import Trainer, TrainingArguments
+from raytrainer.checkpoint.listing import list_checkpoints
+from raytrainer.checkpoint.model_io import load_model_state
+from tests.models import TokenData, assert_same_weights, make_model, weights
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_gpt2():
+    config = transformers.GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+class CausalData(torch.utils.data.Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(0)
+        self.rows = [torch.randint(0, 32, (int(torch.randint(4, 12, (1,), generator=g)),), generator=g)
+                     for _ in range(n)]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.rows[i], "labels": self.rows[i].clone()}
+
+
+def test_transformers_model_checkpoint_loads_with_from_pretrained_and_state_with_load_from_json(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=3, save_steps=3, logging_steps=1,
+                             per_device_train_batch_size=4, learning_rate=1e-2, disable_tqdm=True)
+    trainer = Trainer(model=tiny_gpt2(), args=args, train_dataset=CausalData(16))
+    trainer.train()
+    ckpt = str(tmp_path / "checkpoint-3")
+    assert {"config.json", "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_0.pth",
+            "trainer_state.json", "training_args.json", "COMMITTED"} <= set(os.listdir(ckpt))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(ckpt)
+    assert_same_weights(weights(loaded), weights(trainer.model))
+    state = transformers.TrainerState.load_from_json(os.path.join(ckpt, "trainer_state.json"))
+    assert state.global_step == 3 and state.log_history
+    trainer.save_model(str(tmp_path / "final"))
+    assert_same_weights(weights(transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "final"))),
+                        weights(trainer.model))
+
+
+def test_retention_keeps_newest_and_best_and_best_model_is_loaded_at_end(tmp_path):
+    scores = iter([1.0, 3.0, 2.0, 0.0])  # evaluations at steps 2, 4, 6, 8: the best is step 4, not the newest
+
+    def metrics(p):
+        return {"score": next(scores)}
+
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=8, per_device_train_batch_size=4,
+                             eval_strategy="steps", eval_steps=2, save_steps=2, save_total_limit=1,
+                             load_best_model_at_end=True, metric_for_best_model="score", disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(40),
+                      eval_dataset=TokenData(9, seed=1), compute_metrics=metrics)
+    trainer.train()
+    state = trainer.state
+    assert [h["eval_score"] for h in state.log_history if "eval_score" in h] == [1.0, 3.0, 2.0, 0.0]
+    assert state.best_metric == 3.0 and state.best_model_checkpoint.endswith("checkpoint-4")
+    kept = {c.step for c in list_checkpoints(str(tmp_path)) if c.committed}
+    assert kept == {4, 8}
+    assert_same_weights(weights(trainer.model), load_model_state(state.best_model_checkpoint))
+
+
+def test_save_only_model_checkpoint_cannot_be_resumed(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=2, save_steps=2,
+                             save_only_model=True, disable_tqdm=True)
+    Trainer(model=make_model(), args=args, train_dataset=TokenData(16)).train()
+    assert not os.path.exists(tmp_path / "checkpoint-2" / "optimizer.pt")
+    with pytest.raises(Exception, match="save_only_model=True and cannot be resumed"):
+        Trainer(model=make_model(), args=args, train_dataset=TokenData(16)).train(resume_from_checkpoint=True)
+
+
+def test_synchronous_and_background_saves_write_the_same_checkpoint(tmp_path):
+    states = {}
+    for save_async in (True, False):
+        out = str(tmp_path / str(save_async))
+        args = TrainingArguments(output_dir=out, num_workers=0, max_steps=4, save_steps=2, save_async=save_async,
+                                 disable_tqdm=True, seed=1)
+        Trainer(model=make_model(), args=args, train_dataset=TokenData(24)).train()
+        states[save_async] = load_model_state(os.path.join(out, "checkpoint-2"))
+    assert_same_weights(states[True], states[False], atol=0)

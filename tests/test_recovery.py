@@ -1,0 +1,61 @@
+"""Automatic recovery on real Ray: a worker process dies (os._exit) after the first checkpoint commits; Ray
+Train restarts the worker group, every worker resumes from the newest committed checkpoint, and the run
+ends with the weights of an uninterrupted one. On local disk and on S3 (moto)."""
+
+import os
+import time
+
+import pytest
+
+from raytrainer import Trainer, TrainingArguments
+from raytrainer.checkpoint.listing import TRAINER_STATE_NAME, newest_committed
+from raytrainer.checkpoint.manifest import is_committed
+from raytrainer.checkpoint.storage import join, read_text
+from raytrainer.state import TrainerState
+from tests.models import TokenData, assert_same_weights, make_model, weights
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+KILL_AT = 6
+
+
+class DiesOnce(Trainer):
+    """Rank 1 kills its own process during step KILL_AT, once (a marker file survives the restart).
+    `marker` is an instance attribute: class attributes set on the driver do not travel to the workers."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if (self.ctx.rank == 1 and self.state.global_step + 1 == KILL_AT and not os.path.exists(self.marker)):
+            checkpoint = join(self.args.output_dir, "checkpoint-4")
+            while not is_committed(checkpoint, self.args.storage_options):
+                time.sleep(0.05)  # die only after the first save is committed
+            open(self.marker, "w").close()
+            os._exit(1)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def args(output_dir, opts, num_workers, batch):
+    return TrainingArguments(output_dir=output_dir, storage_options=opts, num_workers=num_workers,
+                             per_device_train_batch_size=batch, max_steps=10, save_steps=4, learning_rate=1e-2,
+                             optim="adamw_torch", logging_steps=5, disable_tqdm=True, seed=3, max_failures=1)
+
+
+def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(output_url, tmp_path):
+    output_dir, opts = output_url
+    reference = Trainer(model=make_model(), args=args(str(tmp_path / "ref"), None, 0, 8),
+                        train_dataset=TokenData(48))
+    reference.train()
+
+    trainer = DiesOnce(model=make_model(), args=args(output_dir, opts, 2, 4), train_dataset=TokenData(48))
+    trainer.marker = str(tmp_path / "killed")
+    output = trainer.train()
+    assert os.path.exists(trainer.marker), "the injected failure never happened"
+    assert output.global_step == 10
+    assert_same_weights(weights(trainer.model), weights(reference.model))
+
+    # The restart is visible on the driver and recorded in the checkpoint's trainer_state.json.
+    assert len(trainer.state.restarts) == 1
+    restart = trainer.state.restarts[0]
+    assert restart["global_step"] == 4 and restart["checkpoint"].endswith("checkpoint-4")
+    assert "rank 1" in restart["cause"]
+    final = newest_committed(output_dir, opts)
+    saved = TrainerState.from_json_string(read_text(join(final, TRAINER_STATE_NAME), opts))
+    assert saved.global_step == 10 and len(saved.restarts) == 1

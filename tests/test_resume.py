@@ -1,0 +1,96 @@
+"""Nothing committed is lost, nothing uncommitted is read, and a resumed run ends where an uninterrupted one
+does: a crash before a commit, a SIGKILLed driver, an exception mid-run. Each on local disk and on S3."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from raytrainer.checkpoint.listing import list_checkpoints, newest_committed
+from tests.models import assert_same_weights, weights
+from tests.resume_script import STEPS, SlowTrainer, TokenData, make_model, training_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    SlowTrainer.seen_path = str(out / "seen.jsonl")
+    trainer = SlowTrainer(model=make_model(), args=training_args(str(out / "run"), save_strategy="no"),
+                          train_dataset=TokenData(44))
+    trainer.train()
+    SlowTrainer.seen_path = None
+    return weights(trainer.model), _seen(out / "seen.jsonl")
+
+
+def _seen(path):
+    with open(path) as f:
+        return {r["step"]: r["idx"] for r in map(json.loads, f)}
+
+
+def _script(output_dir, result, storage_options, *extra, wait=True):
+    cmd = [sys.executable, "-m", "tests.resume_script", output_dir, str(result)]
+    if storage_options:
+        cmd += ["--storage-options", json.dumps(storage_options)]
+    cmd += list(extra)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if wait:
+        proc.wait(timeout=300)
+    return proc
+
+
+def test_crash_before_commit_leaves_a_partial_checkpoint_that_is_never_resumed(output_url, tmp_path,
+                                                                               uninterrupted):
+    output_dir, opts = output_url
+    crashed = _script(output_dir, tmp_path / "r1.pt", opts, "--crash-before-commit", "8")
+    assert crashed.returncode == 17, crashed.stdout.read()
+    listed = {c.step: c.committed for c in list_checkpoints(output_dir, opts)}
+    assert listed == {4: True, 8: False}
+    assert newest_committed(output_dir, opts).endswith("checkpoint-4")
+
+    seen = tmp_path / "seen.jsonl"
+    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--seen", str(seen))
+    assert resumed.returncode == 0, resumed.stdout.read()
+    result = torch.load(tmp_path / "r2.pt")
+    assert result["global_step"] == STEPS
+    ref_weights, ref_seen = uninterrupted
+    assert_same_weights(result["weights"], ref_weights)
+    # Resumed from checkpoint-4: steps 5.. saw exactly the samples the uninterrupted run saw.
+    assert _seen(seen) == {s: idx for s, idx in ref_seen.items() if s > 4}
+    assert {c.step: c.committed for c in list_checkpoints(output_dir, opts)} == {4: True, 8: True, 12: True}
+
+
+def test_driver_killed_with_sigkill_then_rerun_with_resume(output_url, tmp_path, uninterrupted):
+    output_dir, opts = output_url
+    proc = _script(output_dir, tmp_path / "r1.pt", opts, "--sleep-per-step", "0.3", wait=False)
+    deadline = time.time() + 120
+    while newest_committed(output_dir, opts) is None and time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(tmp_path / "r1.pt")
+    first = newest_committed(output_dir, opts)
+    assert first is not None and int(first.rsplit("-", 1)[1]) < STEPS
+
+    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume")
+    assert resumed.returncode == 0, resumed.stdout.read()
+    result = torch.load(tmp_path / "r2.pt")
+    assert_same_weights(result["weights"], uninterrupted[0])
+
+
+def test_resume_true_without_a_checkpoint_is_a_clear_error(tmp_path):
+    from raytrainer import ConfigError
+
+    trainer = SlowTrainer(model=make_model(), args=training_args(str(tmp_path / "empty")),
+                          train_dataset=TokenData(44))
+    with pytest.raises(ConfigError, match="holds no committed checkpoint"):
+        trainer.train(resume_from_checkpoint=True)
+    with pytest.raises(ConfigError, match="not a committed checkpoint"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "empty" / "checkpoint-4"))
