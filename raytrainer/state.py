@@ -18,6 +18,12 @@ import numpy as np
 OWN_STATE_KEY = "raytrainer"
 
 
+def _own_int(name: str):
+    """Getter and setter of an int kept in `stateful_callbacks["raytrainer"]`."""
+    return (lambda self: int(self.own.get(name, 0)),
+            lambda self, value: self.own.__setitem__(name, int(value)))
+
+
 @dataclass
 class TrainerState:
     epoch: float = 0
@@ -46,22 +52,9 @@ class TrainerState:
     def own(self) -> dict:
         return self.stateful_callbacks.setdefault(OWN_STATE_KEY, {})
 
-    @property
-    def samples_seen_in_epoch(self) -> int:
-        """The data position: a global sample offset into the current epoch's order (world-size free)."""
-        return int(self.own.get("samples_seen_in_epoch", 0))
-
-    @samples_seen_in_epoch.setter
-    def samples_seen_in_epoch(self, value: int):
-        self.own["samples_seen_in_epoch"] = int(value)
-
-    @property
-    def epoch_index(self) -> int:
-        return int(self.own.get("epoch_index", 0))
-
-    @epoch_index.setter
-    def epoch_index(self, value: int):
-        self.own["epoch_index"] = int(value)
+    # The data position: a global sample offset into the current epoch's order (world-size free).
+    samples_seen_in_epoch = property(*_own_int("samples_seen_in_epoch"))
+    epoch_index = property(*_own_int("epoch_index"))
 
     @property
     def restarts(self) -> list:

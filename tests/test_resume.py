@@ -94,3 +94,24 @@ def test_resume_true_without_a_checkpoint_is_a_clear_error(tmp_path):
         trainer.train(resume_from_checkpoint=True)
     with pytest.raises(ConfigError, match="not a committed checkpoint"):
         trainer.train(resume_from_checkpoint=str(tmp_path / "empty" / "checkpoint-4"))
+
+
+@pytest.mark.parametrize("ignore_data_skip", [False, True])
+def test_resume_continues_the_epoch_or_starts_it_over_with_ignore_data_skip(tmp_path, uninterrupted,
+                                                                            ignore_data_skip):
+    out = str(tmp_path / "run")
+    first = SlowTrainer(model=make_model(), args=training_args(out), train_dataset=TokenData(44))
+    first.args.max_steps = 4
+    first.train()
+    seen = tmp_path / "seen.jsonl"
+    SlowTrainer.seen_path = str(seen)
+    try:
+        resumed = SlowTrainer(model=make_model(), args=training_args(out, ignore_data_skip=ignore_data_skip),
+                              train_dataset=TokenData(44))
+        resumed.train(resume_from_checkpoint=True)
+    finally:
+        SlowTrainer.seen_path = None
+    ref_seen = uninterrupted[1]
+    # 44 samples in batches of 8: step 4 is mid-epoch. Skipping continues at step 5's samples; ignoring the
+    # skip starts the epoch's order over (step 1's samples).
+    assert _seen(seen)[5] == (ref_seen[1] if ignore_data_skip else ref_seen[5])
