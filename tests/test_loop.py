@@ -98,3 +98,29 @@ def test_model_init_and_optimizers_from_the_user(tmp_path):
     trainer2.train()
     assert isinstance(trainer2.model, torch.nn.Module)
     assert not torch.equal(trainer2.model.head.weight, make_model().head.weight)
+
+
+def test_hf_datasets_dataset_with_label_column_and_unused_text_column(tmp_path):
+    import datasets
+
+    g = torch.Generator().manual_seed(0)
+    features = torch.randn(30, 4, generator=g)
+    table = datasets.Dataset.from_dict({"x": features.tolist(), "label": (features.sum(1) > 0).long().tolist(),
+                                        "text": [f"row {i}" for i in range(30)]})
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x, labels=None):
+            logits = self.linear(x)
+            return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=20, learning_rate=0.1,
+                             per_device_train_batch_size=10, save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=Classifier(), args=args, train_dataset=table, eval_dataset=table,
+                      compute_metrics=lambda p: {"acc": float((p.predictions.argmax(-1) == p.label_ids).mean())})
+    before = trainer.evaluate()["eval_acc"]
+    trainer.train()
+    assert trainer.evaluate()["eval_acc"] > max(before, 0.8)
