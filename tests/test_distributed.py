@@ -61,3 +61,22 @@ def test_distributed_evaluate_on_odd_size_equals_one_process(tmp_path):
         results[workers] = trainer.evaluate()
     assert results[2]["eval_n"] == results[0]["eval_n"] == 13
     assert results[2]["eval_accuracy"] == pytest.approx(results[0]["eval_accuracy"])
+
+
+def test_without_global_token_averaging_the_logged_loss_is_the_mean_of_rank_losses(tmp_path):
+    """average_tokens_across_devices=False: each rank normalises by its own tokens, DDP averages; the logged
+    loss of step 1 is the mean of the two ranks' token-mean losses (not their sum)."""
+    import torch
+
+    from raytrainer.data.collator import DefaultCollator
+    from raytrainer.data.sampler import DistributedBatchSampler
+
+    trainer, _ = train(tmp_path, num_workers=2, batch=4, average_tokens_across_devices=False, max_steps=1,
+                       logging_first_step=True)
+    data, model = TokenData(41), make_model()
+    rank_losses = []
+    for rank in range(2):
+        indices = next(iter(DistributedBatchSampler(41, 4, rank=rank, world_size=2, seed=7)))
+        batch = DefaultCollator()([data[i] for i in indices])
+        rank_losses.append(model(batch["input_ids"], labels=batch["labels"])["loss"].item())
+    assert trainer.state.log_history[0]["loss"] == pytest.approx(sum(rank_losses) / 2, rel=1e-5)

@@ -155,8 +155,9 @@ class TrainLoop:
                 last = i == len(group) - 1
                 with (_null() if last else trainer.strategy.no_sync(trainer.model_wrapped)):
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
-                # Without item counts each rank's loss is a per-rank mean: average, do not sum, over ranks.
-                share = loss if num_items is not None else loss / self.ctx.world_size
+                # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
+                # per-rank mean (DDP averages the gradients), so average them.
+                share = loss if self._global_items(num_items) else loss / self.ctx.world_size
                 self.meter.add_micro(share, batch, trainer._loss_weight)
             micro_done += len(group)
             grad_norm = self._optimizer_step()
@@ -186,6 +187,9 @@ class TrainLoop:
         if self.args.average_tokens_across_devices:
             self.ctx.all_reduce_sum(total)
         return max(int(total.item()), 1)
+
+    def _global_items(self, num_items: Optional[int]) -> bool:
+        return num_items is not None and self.args.average_tokens_across_devices
 
     def _optimizer_step(self) -> Optional[float]:
         trainer, args = self.trainer, self.args
