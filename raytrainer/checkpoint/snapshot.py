@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -66,22 +67,17 @@ class Snapshot:
     args_json: str
     extra: dict = field(default_factory=dict)
 
-    def small_files(self) -> Dict[str, bytes]:
-        """Every file except the model weights, serialised."""
-        files = {TRAINER_STATE_FILE: self.trainer_state_json.encode(), ARGS_FILE: self.args_json.encode()}
-        if self.optimizer_state is not None:
-            files[OPTIMIZER_FILE] = torch_bytes(self.optimizer_state)
-        if self.scheduler_state is not None:
-            files[SCHEDULER_FILE] = torch_bytes(self.scheduler_state)
-        for rank, rng in enumerate(self.rng_states):
-            files[rng_file(rank)] = torch_bytes(rng)
-        return files
-
-
-def torch_bytes(obj: Any) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
+    def write_state_files(self, directory: str):
+        """Write every file except the model weights into a local directory, serialising straight to disk
+        (no in-memory copy of the optimizer state)."""
+        for name, text in ((TRAINER_STATE_FILE, self.trainer_state_json), (ARGS_FILE, self.args_json)):
+            with open(os.path.join(directory, name), "w") as f:
+                f.write(text)
+        objects = {OPTIMIZER_FILE: self.optimizer_state, SCHEDULER_FILE: self.scheduler_state}
+        objects.update({rng_file(rank): rng for rank, rng in enumerate(self.rng_states)})
+        for name, obj in objects.items():
+            if obj is not None:
+                torch.save(obj, os.path.join(directory, name))
 
 
 def torch_from_bytes(data: bytes) -> Any:

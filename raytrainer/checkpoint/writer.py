@@ -28,9 +28,7 @@ def write_snapshot(snapshot: Snapshot, ckpt_url: str, save_model: Callable[[str,
     try:
         os.makedirs(staging, exist_ok=True)
         save_model(staging, snapshot.model_state)
-        for name, data in snapshot.small_files().items():
-            with open(os.path.join(staging, name), "wb") as f:
-                f.write(data)
+        snapshot.write_state_files(staging)
         files = _sizes(staging)
         if not is_local(ckpt_url):
             fs, path = get_fs(ckpt_url, storage_options)

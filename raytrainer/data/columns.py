@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -14,9 +15,17 @@ LABEL_ALIASES = ("label", "label_ids")
 
 def forward_signature(model: nn.Module) -> Tuple[List[str], bool]:
     """The forward's named parameters, and whether it also takes **kwargs."""
-    params = inspect.signature(model.forward).parameters
-    names = [n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    return names, any(p.kind == p.VAR_KEYWORD for p in params.values())
+    forward = model.forward
+    func = getattr(forward, "__func__", None)  # cache by the function: the loop asks on every step
+    names, var_kw = _signature(func) if func is not None else _signature(forward, bound=True)
+    return list(names), var_kw
+
+
+@functools.lru_cache(maxsize=128)
+def _signature(func, bound: bool = False) -> Tuple[Tuple[str, ...], bool]:
+    params = list(inspect.signature(func).parameters.values())[0 if bound else 1:]
+    names = tuple(p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+    return names, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
 def default_label_names(model: nn.Module) -> List[str]:
