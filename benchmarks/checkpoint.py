@@ -41,7 +41,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import (MLP, SyntheticDataset, num_params, print_table, read_stamps, step_stats)  # noqa: E402
+from common import (MLP, SyntheticDataset, num_params, print_table, read_stamps)  # noqa: E402
 
 SAVE_TARGET = 0.8
 STALL_TARGET = 0.2

@@ -221,9 +221,6 @@ class TrainingArguments:
     def train_data_seed(self) -> int:
         return self.seed if self.data_seed is None else self.data_seed
 
-    def global_train_batch_size(self, world_size: int) -> int:
-        return self.per_device_train_batch_size * max(world_size, 1) * self.gradient_accumulation_steps
-
     def get_warmup_steps(self, num_training_steps: int) -> int:
         if isinstance(self.warmup_steps, float) and self.warmup_steps < 1:
             return math.ceil(num_training_steps * self.warmup_steps)

@@ -87,9 +87,6 @@ class TrainerControl:
     should_evaluate: bool = False
     should_log: bool = False
 
-    def reset_step(self):
-        self.should_save = self.should_evaluate = self.should_log = False
-
 
 class TrainOutput(NamedTuple):
     global_step: int

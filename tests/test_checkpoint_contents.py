@@ -88,3 +88,14 @@ def test_synchronous_and_background_saves_write_the_same_checkpoint(tmp_path):
         Trainer(model=make_model(), args=args, train_dataset=TokenData(24)).train()
         states[save_async] = load_model_state(os.path.join(out, "checkpoint-2"))
     assert_same_weights(states[True], states[False], atol=0)
+
+
+def test_epoch_strategies_save_and_evaluate_at_every_epoch_end_including_the_last(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, num_train_epochs=2, per_device_train_batch_size=8,
+                             save_strategy="epoch", eval_strategy="epoch", logging_strategy="epoch",
+                             disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(20), eval_dataset=TokenData(5))
+    trainer.train()  # 20 samples in batches of 8: 3 steps per epoch
+    assert {c.step for c in list_checkpoints(str(tmp_path)) if c.committed} == {3, 6}
+    assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [3, 6]
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [3, 6]

@@ -66,8 +66,6 @@ def test_distributed_evaluate_on_odd_size_equals_one_process(tmp_path):
 def test_without_global_token_averaging_the_logged_loss_is_the_mean_of_rank_losses(tmp_path):
     """average_tokens_across_devices=False: each rank normalises by its own tokens, DDP averages; the logged
     loss of step 1 is the mean of the two ranks' token-mean losses (not their sum)."""
-    import torch
-
     from raytrainer.data.collator import DefaultCollator
     from raytrainer.data.sampler import DistributedBatchSampler
 

@@ -8,7 +8,6 @@ tensors, which the next optimizer step would otherwise change under the writer).
 from __future__ import annotations
 
 import io
-import json
 import os
 import random
 from dataclasses import dataclass, field
@@ -84,6 +83,3 @@ def torch_from_bytes(data: bytes) -> Any:
     # Our own files hold numpy RNG state and python objects, so weights_only loading is not enough.
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
-
-def read_json(data: bytes) -> dict:
-    return json.loads(data.decode())

@@ -8,7 +8,6 @@ progress, logs and restarts show up live, and callbacks run where the user's cod
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Dict
 
 from ..callbacks.base import CallbackHandler

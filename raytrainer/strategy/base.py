@@ -36,6 +36,3 @@ class Strategy:
     def model_state_dict(self, model: nn.Module) -> dict:
         """The full (unsharded) state dict, as the checkpoint and the driver see it."""
         return self.unwrap(model).state_dict()
-
-    def load_model_state_dict(self, model: nn.Module, state: dict):
-        self.unwrap(model).load_state_dict(state)

@@ -19,7 +19,6 @@ class WorkerContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
-    in_ray: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -36,7 +35,7 @@ class WorkerContext:
 
         ctx = ray.train.get_context()
         return cls(rank=ctx.get_world_rank(), world_size=ctx.get_world_size(), local_rank=ctx.get_local_rank(),
-                   device=ray.train.torch.get_device(), in_ray=True)
+                   device=ray.train.torch.get_device())
 
     @classmethod
     def in_process(cls, use_gpu: bool) -> "WorkerContext":

@@ -31,10 +31,10 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) 
     dataset = job["dataset"]
     if kind == "evaluate":
         dataloader = trainer.get_eval_dataloader(dataset)
-        output = evaluation_loop(trainer, dataloader, "Evaluation", ignore_keys=job.get("ignore_keys"),
+        output = evaluation_loop(trainer, dataloader, ignore_keys=job.get("ignore_keys"),
                                  metric_key_prefix=job["prefix"])
         return {"metrics": output.metrics} if ctx.is_main else None
-    output = evaluation_loop(trainer, trainer.get_test_dataloader(dataset), "Prediction",
+    output = evaluation_loop(trainer, trainer.get_test_dataloader(dataset),
                              prediction_loss_only=False, ignore_keys=job.get("ignore_keys"),
                              metric_key_prefix=job["prefix"])
     return {"prediction": output} if ctx.is_main else None

@@ -57,20 +57,20 @@ def _batch_size(batch: dict) -> int:
     return 1
 
 
-def evaluation_loop(trainer, dataloader, description: str, prediction_loss_only: Optional[bool] = None,
+def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = None,
                     ignore_keys=None, metric_key_prefix: str = "eval") -> PredictionOutput:
     args, ctx = trainer.args, trainer.ctx
     if prediction_loss_only is None:
         prediction_loss_only = args.prediction_loss_only
     start = time.time()
     model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
-    loss_sum, count = 0.0, 0
+    loss_sum, count = None, 0  # loss_sum stays None when the model gives no loss (no labels)
     preds, labels = [], []
     for batch in dataloader:
         size = _batch_size(batch)
         loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
         if loss is not None:
-            loss_sum += float(loss) * size
+            loss_sum = (loss_sum or 0.0) + float(loss) * size
         count += size
         if logits is not None and trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, label)
@@ -78,7 +78,7 @@ def evaluation_loop(trainer, dataloader, description: str, prediction_loss_only:
         labels.append(_to_numpy(label))
 
     gathered = ctx.all_gather_object((loss_sum, count, concat_padded(preds), concat_padded(labels)))
-    total_loss = sum(g[0] for g in gathered)
+    losses = [g[0] for g in gathered if g[0] is not None]
     num_samples = sum(g[1] for g in gathered)
     all_preds = concat_padded([g[2] for g in gathered])
     all_labels = concat_padded([g[3] for g in gathered])
@@ -89,8 +89,8 @@ def evaluation_loop(trainer, dataloader, description: str, prediction_loss_only:
             metrics = dict(trainer.compute_metrics(EvalPrediction(predictions=all_preds, label_ids=all_labels)))
         metrics = {k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}": _plain(v)
                    for k, v in metrics.items()}
-        if num_samples and any(g[0] for g in gathered):
-            metrics[f"{metric_key_prefix}_loss"] = total_loss / num_samples
+        if num_samples and losses:
+            metrics[f"{metric_key_prefix}_loss"] = sum(losses) / num_samples
         runtime = time.time() - start
         metrics[f"{metric_key_prefix}_runtime"] = round(runtime, 4)
         metrics[f"{metric_key_prefix}_samples_per_second"] = round(num_samples / max(runtime, 1e-9), 3)

@@ -7,7 +7,7 @@ on the worker's device), `self.model_wrapped` (DDP...), `self.ctx` (rank, world 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from accelerate.utils import send_to_device

@@ -114,7 +114,7 @@ class TrainLoop:
     # ------------------------------------------------------------------ the loop
     def run(self) -> Optional[dict]:
         self._setup()
-        trainer, args, ctx, state = self.trainer, self.args, self.ctx, self.trainer.state
+        trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
         self.emitter.emit("train_begin", global_step=state.global_step, epoch=state.epoch,
                           max_steps=state.max_steps, num_train_epochs=state.num_train_epochs,
                           world_size=ctx.world_size)
@@ -124,8 +124,9 @@ class TrainLoop:
 
         while state.global_step < state.max_steps and state.epoch_index < self.plan.num_epochs:
             self._train_epoch(state)
-            if state.global_step >= state.max_steps:
-                break
+            if not self._epoch_exhausted(state):
+                break  # max_steps reached mid-epoch
+            # The epoch's data ran out (also when that was the last step): epoch-end hooks run.
             state.epoch_index += 1
             state.samples_seen_in_epoch = 0
             self._on_epoch_end(state)
@@ -174,6 +175,11 @@ class TrainLoop:
             if state.global_step >= state.max_steps:
                 break
 
+    def _epoch_exhausted(self, state: TrainerState) -> bool:
+        if self.sampler is not None:
+            return state.samples_seen_in_epoch >= self.sampler.end_offset()
+        return state.samples_seen_in_epoch >= self.plan.micro_batches_per_epoch
+
     def _is_padding(self, micro_step: int) -> bool:
         return self.sampler is not None and self.sampler.is_padding(micro_step)
 
@@ -220,7 +226,7 @@ class TrainLoop:
         if args.logging_strategy == "epoch":
             self._log(state)
         if args.eval_strategy == "epoch":
-            metrics = self._evaluate(state)
+            self._evaluate(state)
             if args.save_strategy == "best" and state.best_global_step == state.global_step:
                 self.checkpoints.save(state)
         if args.save_strategy == "epoch":
@@ -241,7 +247,7 @@ class TrainLoop:
         metrics = {}
         for name, dataset in datasets.items():
             prefix = "eval" if name is None else f"eval_{name}"
-            output = evaluation_loop(trainer, trainer.get_eval_dataloader(dataset), "Evaluation",
+            output = evaluation_loop(trainer, trainer.get_eval_dataloader(dataset),
                                      metric_key_prefix=prefix)
             metrics.update(output.metrics)
         metrics.update(epoch=round(state.epoch, 4), step=state.global_step)

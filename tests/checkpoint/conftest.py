@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import pytest
 
 from raytrainer.checkpoint import manifest, storage
-from tests.s3server import s3_bucket, s3_server  # noqa: F401  (fixtures, re-exported for these tests)
 
 
 @dataclass
