@@ -129,10 +129,10 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: Config, stamp_path: str):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        hand_loop(cfg, rank, world, stamp_path, entered)
-    finally:
-        dist.destroy_process_group()
+    hand_loop(cfg, rank, world, stamp_path, entered)
+    # Leave together: a rank that tears gloo down while its peer still talks to it can abort the peer.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _free_port() -> int:

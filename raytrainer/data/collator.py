@@ -37,6 +37,14 @@ def _is_text(value: Any) -> bool:
     return value is None or isinstance(value, (str, bytes))
 
 
+def _python_scalars(values: list):
+    """One tensor for a column of plain python ints (int64) or floats (float32); None for anything else."""
+    kind = type(values[0])
+    if kind not in (int, float) or any(type(v) is not kind for v in values):
+        return None
+    return torch.tensor(values, dtype=torch.int64 if kind is int else torch.float32)
+
+
 def _to_tensor(key: str, value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
@@ -85,11 +93,17 @@ class DefaultCollator:
         lengths = None
         for key in rows[0]:
             values = [row[key] for row in rows]
-            text = [_is_text(v) for v in values]
-            if all(text):
-                continue  # e.g. a raw "text" column next to its input_ids
-            if any(text):
-                raise ConfigError(f"collator: {key!r} is a string or None in some examples and numeric in others.")
+            scalar = _python_scalars(values)
+            if scalar is not None:  # fast path: a column of python ints or floats (labels, ids)
+                batch[key] = scalar
+                continue
+            if not all(isinstance(v, torch.Tensor) for v in values):  # tensors need no text check
+                text = [_is_text(v) for v in values]
+                if all(text):
+                    continue  # e.g. a raw "text" column next to its input_ids
+                if any(text):
+                    raise ConfigError(f"collator: {key!r} is a string or None in some examples and numeric in "
+                                      "others.")
             tensors = [_to_tensor(key, v) for v in values]
             if all(t.shape == tensors[0].shape for t in tensors):
                 batch[key] = torch.stack(tensors)

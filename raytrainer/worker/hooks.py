@@ -102,7 +102,7 @@ class WorkerHooks:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         else:
             loss = extract_loss(outputs, inputs.keys())
-            if rescale_items is not None:
+            if rescale_items is not None and rescale_items != num_items_in_batch:
                 loss = loss * (rescale_items / num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
@@ -111,14 +111,13 @@ class WorkerHooks:
         model.train()
         inputs = self._prepare_inputs(inputs)
         loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
-        if num_items_in_batch is None:
-            loss = loss / self._accumulation_steps_now
-        loss = loss * self._loss_weight
+        # Without item counts, average over the accumulated micro-steps; a filler batch weighs zero.
+        share = self._loss_weight / (self._accumulation_steps_now if num_items_in_batch is None else 1)
         # DDP averages gradients over ranks; a loss already normalised by the global item count must be summed.
         ddp_scale = self.ctx.world_size if (num_items_in_batch is not None
                                             and self.args.average_tokens_across_devices) else 1
-        (loss * ddp_scale).backward()
-        return loss.detach()
+        (loss * (share * ddp_scale) if share * ddp_scale != 1 else loss).backward()
+        return loss.detach() * share if share != 1 else loss.detach()
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):
         """(loss, logits, labels) of one evaluation batch, without gradients."""

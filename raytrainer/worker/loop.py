@@ -189,10 +189,10 @@ class TrainLoop:
         if any(c is None for c in counts):
             return None
         weights = [0 if self._is_padding(first_micro + i) else 1 for i in range(len(counts))]
-        total = torch.tensor(float(sum(c * w for c, w in zip(counts, weights))), device=self.ctx.device)
-        if self.args.average_tokens_across_devices:
-            self.ctx.all_reduce_sum(total)
-        return max(int(total.item()), 1)
+        total = sum(c * w for c, w in zip(counts, weights))
+        if self.args.average_tokens_across_devices and self.ctx.distributed:
+            total = int(self.ctx.all_reduce_sum(torch.tensor(float(total), device=self.ctx.device)).item())
+        return max(total, 1)
 
     def _global_items(self, num_items: Optional[int]) -> bool:
         return num_items is not None and self.args.average_tokens_across_devices
@@ -296,34 +296,38 @@ class TrainLoop:
 
 
 class Meter:
-    """Loss, samples and tokens since the last log, kept on the device so a step costs no sync."""
+    """Loss, samples and tokens since the last log. The loss stays on the device (no sync per step); the
+    counts come from the CPU batch, so they are plain numbers. Reduced over ranks only when logging."""
 
     def __init__(self, device):
         self.device = device
-        self.interval = torch.zeros(4, dtype=torch.float64, device=device)  # loss, samples, tokens, steps
-        self.total = torch.zeros(3, dtype=torch.float64, device=device)     # loss, samples, steps
+        self.loss = torch.zeros((), dtype=torch.float64, device=device)
+        self.samples = self.tokens = self.steps = 0
+        self.total = [0.0, 0.0, 0.0]  # loss, samples, steps: all ranks, whole run
         self.last_grad_norm = None
         self.last_time = time.time()
 
     def add_micro(self, loss, batch: dict, weight: float):
-        self.interval[0] += loss.to(torch.float64)
+        self.loss.add_(loss)
         if weight:
             samples, tokens = _batch_counts(batch)
-            self.interval[1] += samples
-            self.interval[2] += tokens
+            self.samples += samples
+            self.tokens += tokens
 
     def step_done(self, grad_norm):
-        self.interval[3] += 1
+        self.steps += 1
         self.last_grad_norm = grad_norm
 
     def flush(self, ctx, learning_rate: float) -> dict:
-        reduced = ctx.all_reduce_sum(self.interval.clone())
-        loss_sum, samples, tokens, steps = reduced.tolist()
+        packed = torch.stack([self.loss, *(torch.tensor(float(v), dtype=torch.float64, device=self.device)
+                                           for v in (self.samples, self.tokens, self.steps))])
+        loss_sum, samples, tokens, steps = ctx.all_reduce_sum(packed).tolist()
         steps /= ctx.world_size
-        self.total += torch.tensor([loss_sum, samples, steps], dtype=torch.float64, device=self.device)
-        self.interval.zero_()
-        now, elapsed = time.time(), time.time() - self.last_time
-        self.last_time = now
+        self.total = [self.total[0] + loss_sum, self.total[1] + samples, self.total[2] + steps]
+        self.loss.zero_()
+        self.samples = self.tokens = self.steps = 0
+        now = time.time()
+        elapsed, self.last_time = now - self.last_time, now
         if steps == 0:
             return {}
         logs = {"loss": loss_sum / steps}
@@ -337,7 +341,7 @@ class Meter:
 
     def totals(self, ctx) -> dict:
         self.flush(ctx, 0.0)  # fold in what was not logged yet
-        loss_sum, samples, steps = self.total.tolist()
+        loss_sum, samples, steps = self.total
         return {"loss_sum": loss_sum, "samples": samples, "steps": steps}
 
 
