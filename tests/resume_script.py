@@ -21,16 +21,17 @@ from tests.models import TokenData, make_model
 STEPS, SAVE_STEPS = 12, 4
 
 
-def training_args(output_dir, storage_options=None, **extra):
-    return TrainingArguments(output_dir=output_dir, storage_options=storage_options, num_workers=0,
-                             per_device_train_batch_size=8, max_steps=STEPS, save_steps=SAVE_STEPS,
+def training_args(output_dir, storage_options=None, num_workers=0, **extra):
+    # per-device batch 8 on one process, 4 on two: the same global batches, so the same weights.
+    return TrainingArguments(output_dir=output_dir, storage_options=storage_options, num_workers=num_workers,
+                             per_device_train_batch_size=8 // max(num_workers, 1), max_steps=STEPS, save_steps=SAVE_STEPS,
                              learning_rate=1e-2, optim="adamw_torch", logging_steps=4, disable_tqdm=True,
                              seed=11, **extra)
 
 
 class SlowTrainer(Trainer):
     sleep_per_step = 0.0
-    seen_path = None
+    seen_path = None  # in-process runs only: class attributes set at run time stay on the driver
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self.seen_path:
@@ -49,6 +50,7 @@ def main():
     parser.add_argument("--crash-before-commit", type=int, default=None)
     parser.add_argument("--sleep-per-step", type=float, default=0.0)
     parser.add_argument("--seen", default=None)
+    parser.add_argument("--num-workers", type=int, default=0)
     opts = parser.parse_args()
     if opts.crash_before_commit is not None:
         real_commit = manifest.commit
@@ -59,11 +61,12 @@ def main():
             return real_commit(url, step, *args, **kwargs)
 
         manifest.commit = crashing_commit
-    SlowTrainer.sleep_per_step = opts.sleep_per_step
     SlowTrainer.seen_path = opts.seen
     storage_options = json.loads(opts.storage_options) if opts.storage_options else None
-    trainer = SlowTrainer(model=make_model(), args=training_args(opts.output_dir, storage_options),
+    trainer = SlowTrainer(model=make_model(),
+                          args=training_args(opts.output_dir, storage_options, num_workers=opts.num_workers),
                           train_dataset=TokenData(44))
+    trainer.sleep_per_step = opts.sleep_per_step  # an instance attribute travels to Ray workers
     output = trainer.train(resume_from_checkpoint=True if opts.resume else None)
     torch.save({"weights": trainer.model.state_dict(), "global_step": output.global_step,
                 "restarts": trainer.state.restarts}, opts.result)

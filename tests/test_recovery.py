@@ -8,7 +8,7 @@ import time
 import pytest
 
 from raytrainer import Trainer, TrainingArguments
-from raytrainer.checkpoint.listing import TRAINER_STATE_NAME, newest_committed
+from raytrainer.checkpoint.listing import TRAINER_STATE_NAME, list_checkpoints, newest_committed
 from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.checkpoint.storage import join, read_text
 from raytrainer.state import TrainerState
@@ -59,3 +59,31 @@ def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(ou
     final = newest_committed(output_dir, opts)
     saved = TrainerState.from_json_string(read_text(join(final, TRAINER_STATE_NAME), opts))
     assert saved.global_step == 10 and len(saved.restarts) == 1
+
+
+class DiesMidSave(Trainer):
+    """Rank 0's checkpoint writer kills the process after writing checkpoint-8's model files, before the
+    rest and the commit marker: a partial checkpoint on disk, once (`marker` as in DiesOnce)."""
+
+    def _save(self, output_dir, state_dict=None, model=None):
+        super()._save(output_dir, state_dict=state_dict, model=model)
+        if output_dir.rstrip("/").endswith("checkpoint-8") and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+
+
+def test_worker_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_path):
+    output_dir = str(tmp_path / "run")
+    reference = Trainer(model=make_model(), args=args(str(tmp_path / "ref"), None, 0, 8),
+                        train_dataset=TokenData(48))
+    reference.train()
+
+    trainer = DiesMidSave(model=make_model(), args=args(output_dir, None, 2, 4), train_dataset=TokenData(48))
+    trainer.marker = str(tmp_path / "killed")
+    trainer.train()
+    assert os.path.exists(trainer.marker), "the injected failure never happened"
+    # checkpoint-8 was never committed by the first attempt: the restart resumed from checkpoint-4,
+    # removed the partial checkpoint-8, and wrote (and committed) it again.
+    assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-4"]
+    assert {c.step: c.committed for c in list_checkpoints(output_dir)} == {4: True, 8: True, 10: True}
+    assert_same_weights(weights(trainer.model), weights(reference.model))

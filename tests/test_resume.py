@@ -115,3 +115,23 @@ def test_resume_continues_the_epoch_or_starts_it_over_with_ignore_data_skip(tmp_
     # 44 samples in batches of 8: step 4 is mid-epoch. Skipping continues at step 5's samples; ignoring the
     # skip starts the epoch's order over (step 1's samples).
     assert _seen(seen)[5] == (ref_seen[1] if ignore_data_skip else ref_seen[5])
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_driver_of_a_two_worker_ray_run_killed_with_sigkill_then_rerun_with_resume(tmp_path, uninterrupted):
+    """The driver runs its own Ray job with 2 workers; SIGKILL takes the job's actors with it. The rerun
+    (with resume) finishes with the weights of the uninterrupted single-process run (same global batches)."""
+    output_dir = str(tmp_path / "run")
+    proc = _script(output_dir, tmp_path / "r1.pt", None, "--num-workers", "2", "--sleep-per-step", "0.3",
+                   wait=False)
+    deadline = time.time() + 180
+    while newest_committed(output_dir) is None and time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert newest_committed(output_dir) is not None and not os.path.exists(tmp_path / "r1.pt")
+
+    resumed = _script(output_dir, tmp_path / "r2.pt", None, "--num-workers", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stdout.read()[-3000:]
+    assert_same_weights(torch.load(tmp_path / "r2.pt")["weights"], uninterrupted[0])
