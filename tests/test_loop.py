@@ -124,3 +124,15 @@ def test_hf_datasets_dataset_with_label_column_and_unused_text_column(tmp_path):
     before = trainer.evaluate()["eval_acc"]
     trainer.train()
     assert trainer.evaluate()["eval_acc"] > max(before, 0.8)
+
+
+def test_several_eval_datasets_during_training_get_their_own_prefixes(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=4, eval_strategy="steps",
+                             eval_steps=2, save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(24),
+                      eval_dataset={"short": TokenData(5, seed=1), "long": TokenData(9, seed=2)})
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if any(k.startswith("eval_") for k in h)]
+    assert [h["step"] for h in evals] == [2, 4]
+    assert {"eval_short_loss", "eval_long_loss"} <= evals[0].keys()
+    assert {"eval_short_loss", "eval_long_loss"} <= trainer.evaluate().keys()

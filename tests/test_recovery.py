@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from raytrainer import Trainer, TrainingArguments
+from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.checkpoint.listing import TRAINER_STATE_NAME, list_checkpoints, newest_committed
 from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.checkpoint.storage import join, read_text
@@ -44,7 +44,17 @@ def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(ou
                         train_dataset=TokenData(48))
     reference.train()
 
-    trainer = DiesOnce(model=make_model(), args=args(output_dir, opts, 2, 4), train_dataset=TokenData(48))
+    seen = []
+
+    class Watch(TrainerCallback):  # runs on the driver, fed by the workers' event stream
+        def on_restart(self, args, state, control, cause=None, **kwargs):
+            seen.append(("restart", state.global_step, cause))
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            seen.append(("log", logs["step"], None))
+
+    trainer = DiesOnce(model=make_model(), args=args(output_dir, opts, 2, 4), train_dataset=TokenData(48),
+                       callbacks=[Watch()])
     trainer.marker = str(tmp_path / "killed")
     output = trainer.train()
     assert os.path.exists(trainer.marker), "the injected failure never happened"
@@ -56,6 +66,11 @@ def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(ou
     restart = trainer.state.restarts[0]
     assert restart["global_step"] == 4 and restart["checkpoint"].endswith("checkpoint-4")
     assert "rank 1" in restart["cause"]
+    restarts = [s for s in seen if s[0] == "restart"]
+    assert len(restarts) == 1 and restarts[0][1] == 4 and "rank 1" in restarts[0][2]
+    assert seen[-1] == ("log", 10, None)
+    # The driver's history has each logged step once, although steps 5-6 ran twice.
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [5, 10]
     final = newest_committed(output_dir, opts)
     saved = TrainerState.from_json_string(read_text(join(final, TRAINER_STATE_NAME), opts))
     assert saved.global_step == 10 and len(saved.restarts) == 1

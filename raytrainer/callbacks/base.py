@@ -80,4 +80,6 @@ class CallbackHandler:
             state.best_model_checkpoint = event.get("best_model_checkpoint", state.best_model_checkpoint)
             state.best_metric = event.get("best_metric", state.best_metric)
         elif kind == "restart":
+            # The new worker group replays the steps after its checkpoint: forget what they logged before.
+            state.log_history = [h for h in state.log_history if h.get("step", 0) <= state.global_step]
             state.restarts.append({k: event[k] for k in ("global_step", "cause", "time") if k in event})
