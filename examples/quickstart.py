@@ -64,7 +64,7 @@ def main():
     split = len(data) - model_args.eval_blocks * model_args.block_size
     train, held_out = ByteBlocks(data[:split], model_args.block_size), ByteBlocks(data[split:], model_args.block_size)
     config = GPT2Config(vocab_size=256, n_positions=model_args.block_size, n_embd=model_args.n_embd,
-                        n_layer=model_args.n_layer, n_head=4)
+                        n_layer=model_args.n_layer, n_head=4, bos_token_id=0, eos_token_id=0)  # byte vocabulary
     torch.manual_seed(args.seed)
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=train, eval_dataset=held_out,
                       compute_metrics=next_byte_accuracy,

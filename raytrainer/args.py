@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from .checkpoint.storage import absolute_if_local
 from .errors import ConfigError
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
@@ -123,6 +124,10 @@ class TrainingArguments:
         if self.output_dir is None:
             self.output_dir = "trainer_output"
         self.output_dir = str(self.output_dir)  # a Path would collapse 's3://' to 's3:/'
+        # Workers run in another directory (Ray's session folder): resolve local paths where the user is.
+        self.output_dir = absolute_if_local(self.output_dir)
+        if isinstance(self.resume_from_checkpoint, str):
+            self.resume_from_checkpoint = absolute_if_local(self.resume_from_checkpoint)
         if isinstance(self.lr_scheduler_kwargs, str):
             try:
                 self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None

@@ -132,7 +132,7 @@ class Trainer(WorkerHooks):
 
     def save_model(self, output_dir: Optional[str] = None):
         """Save the model (its save_pretrained format, else model.safetensors) to a local path or URL."""
-        output_dir = output_dir or self.args.output_dir
+        output_dir = storage.absolute_if_local(output_dir or self.args.output_dir)
         model = self._driver_model()
         if storage.is_local(output_dir):
             self._save(storage.local_path(output_dir), model=model)
@@ -185,7 +185,7 @@ class Trainer(WorkerHooks):
                 raise ConfigError(f"resume_from_checkpoint=True but {self.args.output_dir!r} holds no committed "
                                   "checkpoint. Train without resuming, or point at a checkpoint.")
             return url
-        url = str(requested)
+        url = storage.absolute_if_local(str(requested))
         if not is_committed(url, opts):
             raise ConfigError(f"resume_from_checkpoint={url!r} is not a committed checkpoint (missing, "
                               "or its write never finished). `raytrainer checkpoints OUTPUT_DIR` lists them.")

@@ -28,7 +28,8 @@ def test_defaults_match_transformers():
 
 
 def test_output_dir_default_and_str():
-    assert TrainingArguments().output_dir == "trainer_output"
+    import os
+    assert TrainingArguments().output_dir == os.path.abspath("trainer_output")  # HF's default, made absolute
     import pathlib
     assert TrainingArguments(output_dir=pathlib.Path("/tmp/run")).output_dir == "/tmp/run"
 
@@ -86,3 +87,11 @@ def test_storage_secrets_never_in_repr_or_dict():
         assert "s3://bucket/run" in text
     assert args.storage_options["secret"] == "hunter2-secret"  # still usable by the workers
     assert pickle.loads(pickle.dumps(args)).storage_options == args.storage_options
+
+
+def test_local_output_dir_is_made_absolute_where_the_user_runs_and_urls_are_kept(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = TrainingArguments(output_dir="runs/a", resume_from_checkpoint="runs/a/checkpoint-5")
+    assert args.output_dir == str(tmp_path / "runs" / "a")
+    assert args.resume_from_checkpoint == str(tmp_path / "runs" / "a" / "checkpoint-5")
+    assert TrainingArguments(output_dir="s3://bucket/run").output_dir == "s3://bucket/run"

@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 
 from raytrainer import Trainer, TrainingArguments
+from raytrainer.checkpoint.manifest import is_committed
 from tests.models import TokenData, assert_same_weights, make_model, weights
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def train(tmp_path, num_workers, batch, **extra):
-    args = TrainingArguments(output_dir=str(tmp_path / f"w{num_workers}"), num_workers=num_workers,
-                             per_device_train_batch_size=batch, num_train_epochs=2, learning_rate=1e-2,
-                             optim="adamw_torch", logging_steps=3, save_strategy="no", disable_tqdm=True,
-                             seed=7, **extra)
+    options = dict(output_dir=str(tmp_path / f"w{num_workers}"), num_workers=num_workers,
+                   per_device_train_batch_size=batch, num_train_epochs=2, learning_rate=1e-2, optim="adamw_torch",
+                   logging_steps=3, save_strategy="no", disable_tqdm=True, seed=7)
+    args = TrainingArguments(**{**options, **extra})
     trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(41))
     return trainer, trainer.train()
 
@@ -40,10 +41,13 @@ def test_two_workers_batch_4_equal_one_worker_batch_8_and_in_process(tmp_path, r
     assert len(losses(two)) == 4
 
 
-def test_two_workers_with_accumulation_match_in_process(tmp_path, reference):
+def test_two_workers_with_accumulation_match_in_process(tmp_path, reference, monkeypatch):
     ref_trainer, _ = reference
-    acc, _ = train(tmp_path, num_workers=2, batch=2, gradient_accumulation_steps=2)
+    monkeypatch.chdir(tmp_path)  # a relative output_dir means the driver's directory, not the workers'
+    acc, _ = train(tmp_path, num_workers=2, batch=2, gradient_accumulation_steps=2, output_dir="relative-run",
+                   save_strategy="steps", save_steps=100)
     assert_same_weights(weights(acc.model), weights(ref_trainer.model))
+    assert is_committed(str(tmp_path / "relative-run" / "checkpoint-12"))
 
 
 def test_distributed_evaluate_on_odd_size_equals_one_process(tmp_path):

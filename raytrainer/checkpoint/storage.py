@@ -40,6 +40,11 @@ def is_local(url: str) -> bool:
     return protocol(url) in _LOCAL_PROTOCOLS
 
 
+def absolute_if_local(url: str) -> str:
+    """A local path made absolute (relative to this process's directory); URLs unchanged."""
+    return os.path.abspath(local_path(url)) if is_local(url) else url
+
+
 def local_path(url: str) -> str:
     """The filesystem path of a local URL (`file:///x` -> `/x`)."""
     return url[len("file://"):] if url.startswith("file://") else url
