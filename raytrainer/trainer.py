@@ -22,12 +22,13 @@ from .checkpoint.manifest import is_committed
 from .checkpoint.model_io import load_into, save_model_files
 from .coordinator import cluster, launcher
 from .errors import ConfigError, StorageError
+from .results import ResultsMixin
 from .state import PredictionOutput, TrainerState, TrainOutput
 from .worker.context import WorkerContext
 from .worker.hooks import WorkerHooks
 
 
-class Trainer(WorkerHooks):
+class Trainer(ResultsMixin, WorkerHooks):
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,
                  eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,

@@ -1,0 +1,48 @@
+"""The end-of-script helpers of Hugging Face example scripts (`log_metrics`, `save_metrics`, `save_state`),
+so such a script ports by changing the import. They run on the driver and write through fsspec, so they
+work with an S3 `output_dir` too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .checkpoint.storage import exists, join, read_text, write_text
+
+
+class ResultsMixin:
+    def is_world_process_zero(self) -> bool:
+        """True on the driver and on rank 0 (on the workers the hooks run with their own rank)."""
+        return self.ctx.rank == 0
+
+    def is_local_process_zero(self) -> bool:
+        return self.ctx.local_rank == 0
+
+    def log_metrics(self, split: str, metrics: dict):
+        """Print `metrics` as an aligned block, e.g. `***** train metrics *****`."""
+        if not self.is_world_process_zero():
+            return
+        print(f"***** {split} metrics *****")
+        width = max((len(key) for key in metrics), default=0)
+        for key in sorted(metrics):
+            value = metrics[key]
+            print(f"  {key:<{width}} = {value:.4g}" if isinstance(value, float) else f"  {key:<{width}} = {value}")
+
+    def save_metrics(self, split: str, metrics: dict, combined: bool = True):
+        """Write `{split}_results.json` under output_dir, and merge it into `all_results.json`."""
+        if not self.is_world_process_zero():
+            return
+        opts = self.args.storage_options
+        write_text(join(self.args.output_dir, f"{split}_results.json"),
+                   json.dumps(metrics, indent=4, sort_keys=True), opts)
+        if combined:
+            path = join(self.args.output_dir, "all_results.json")
+            merged = json.loads(read_text(path, opts)) if exists(path, opts) else {}
+            merged.update(metrics)
+            write_text(path, json.dumps(merged, indent=4, sort_keys=True), opts)
+
+    def save_state(self):
+        """Write the trainer state (`trainer_state.json`, HF format) under output_dir."""
+        if self.is_world_process_zero():
+            write_text(join(self.args.output_dir, "trainer_state.json"), self.state.to_json_string(),
+                       self.args.storage_options)
