@@ -88,13 +88,14 @@ class TrainLoop:
             logging_steps=args.resolve_interval(args.logging_steps, self.plan.max_steps),
             eval_steps=args.resolve_interval(args.eval_steps, self.plan.max_steps),
             save_steps=args.resolve_interval(args.save_steps, self.plan.max_steps),
-            train_batch_size=args.per_device_train_batch_size,
-            is_local_process_zero=ctx.local_rank == 0, is_world_process_zero=ctx.is_main)
+            train_batch_size=args.per_device_train_batch_size)
         self.checkpoints = CheckpointManager(trainer, ctx, self.emitter, self.run_id)
         url = self.checkpoints.find_resume_url(self.resume_from)
         if url is not None:
             state = self._resume(url, state)
         state.own.update(run_id=self.run_id, world_size=ctx.world_size)
+        # Per-rank facts: a restored state carries rank 0's.
+        state.is_local_process_zero, state.is_world_process_zero = ctx.local_rank == 0, ctx.is_main
         trainer.state = state
 
     def _resume(self, url: str, fresh: TrainerState) -> TrainerState:
