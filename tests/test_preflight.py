@@ -113,3 +113,52 @@ def test_local_output_dir_on_a_multi_node_cluster_is_refused(tmp_path, monkeypat
     trainer = Trainer(model=make_model(), args=args(tmp_path, num_workers=1), train_dataset=TokenData(8))
     with pytest.raises(StorageError, match="shared storage"):
         trainer.train()
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(TokenData(4).items)
+
+
+@pytest.mark.parametrize("dataset,message", [(Stream(), "map-style dataset"), (TokenData(0), "is empty")])
+def test_datasets_that_cannot_be_sharded(tmp_path, dataset, message):
+    trainer = Trainer(model=make_model(), args=args(tmp_path), train_dataset=dataset)
+    with pytest.raises(ConfigError, match=f"train_dataset .*{message}|train_dataset {message}"):
+        trainer.train()
+
+
+def test_wrong_model_type_unknown_train_argument_and_evaluate_without_data(tmp_path):
+    with pytest.raises(ConfigError, match="model must be a torch.nn.Module"):
+        Trainer(model="gpt2", args=args(tmp_path))
+    trainer = Trainer(model=make_model(), args=args(tmp_path), train_dataset=TokenData(8))
+    with pytest.raises(ConfigError, match=r"unexpected arguments \['trial'\]"):
+        trainer.train(trial={"lr": 1})
+    with pytest.raises(ConfigError, match="evaluate\\(\\) needs an eval dataset"):
+        trainer.evaluate()
+
+
+def test_metric_for_best_model_that_evaluation_does_not_produce(tmp_path):
+    trainer = Trainer(model=make_model(), args=args(tmp_path, eval_strategy="steps", eval_steps=1,
+                                                    save_steps=1, metric_for_best_model="accuracy"),
+                      train_dataset=TokenData(8), eval_dataset=TokenData(3))
+    with pytest.raises(KeyError, match="metric_for_best_model='accuracy' is not among the evaluation metrics"):
+        trainer.train()
+
+
+def test_resuming_a_checkpoint_of_another_model_says_so(tmp_path):
+    Trainer(model=make_model(), args=args(tmp_path, save_steps=2), train_dataset=TokenData(16)).train()
+
+    class Wider(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(32, 24)
+            self.head = torch.nn.Linear(24, 32)
+
+        def forward(self, input_ids, labels=None, attention_mask=None, idx=None):
+            logits = self.head(self.emb(input_ids))
+            return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(),
+                                                              ignore_index=-100)}
+
+    other = Trainer(model=Wider(), args=args(tmp_path), train_dataset=TokenData(16))
+    with pytest.raises(RuntimeError, match="(?s)Checkpoint does not match the model \\(Wider\\).*size mismatch"):
+        other.train(resume_from_checkpoint=True)

@@ -46,7 +46,10 @@ def load_model_state(url: str, storage_options: Optional[dict] = None) -> Dict[s
 
 def load_into(model: torch.nn.Module, state: Dict[str, torch.Tensor]):
     """Load weights, tolerating keys that save_pretrained drops for tied weights."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shapes differ: another model, or another configuration of it
+        raise RuntimeError(f"Checkpoint does not match the model ({type(model).__name__}): {exc}") from exc
     tied = _tied_names(model)
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
