@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from .checkpoint.listing import TRAINER_STATE_NAME
 from .checkpoint.storage import exists, join, read_text, write_text
 
 
@@ -44,5 +45,5 @@ class ResultsMixin:
     def save_state(self):
         """Write the trainer state (`trainer_state.json`, HF format) under output_dir."""
         if self.is_world_process_zero():
-            write_text(join(self.args.output_dir, "trainer_state.json"), self.state.to_json_string(),
+            write_text(join(self.args.output_dir, TRAINER_STATE_NAME), self.state.to_json_string(),
                        self.args.storage_options)

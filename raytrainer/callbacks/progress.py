@@ -18,7 +18,6 @@ class PrinterCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         print(format_logs(logs or {}), flush=True)
 
-
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         print(format_logs(metrics or {}), flush=True)
 

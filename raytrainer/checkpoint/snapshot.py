@@ -16,11 +16,12 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
+from .listing import TRAINER_STATE_NAME as TRAINER_STATE_FILE
+
 MODEL_FILE = "model.safetensors"
 MODEL_INDEX_FILE = "model.safetensors.index.json"
 OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
-TRAINER_STATE_FILE = "trainer_state.json"
 ARGS_FILE = "training_args.json"
 
 

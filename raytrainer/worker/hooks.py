@@ -106,6 +106,10 @@ class WorkerHooks:
                 loss = loss * (rescale_items / num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
+    def _normalised_globally(self, num_items_in_batch: Optional[int]) -> bool:
+        """Whether a micro-batch's loss is its share of the global batch's item count (summed over ranks)."""
+        return num_items_in_batch is not None and self.args.average_tokens_across_devices
+
     def training_step(self, model, inputs: dict, num_items_in_batch: Optional[int] = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns the detached loss (its share of the step's loss)."""
         model.train()
@@ -114,8 +118,7 @@ class WorkerHooks:
         # Without item counts, average over the accumulated micro-steps; a filler batch weighs zero.
         share = self._loss_weight / (self._accumulation_steps_now if num_items_in_batch is None else 1)
         # DDP averages gradients over ranks; a loss already normalised by the global item count must be summed.
-        ddp_scale = self.ctx.world_size if (num_items_in_batch is not None
-                                            and self.args.average_tokens_across_devices) else 1
+        ddp_scale = self.ctx.world_size if self._normalised_globally(num_items_in_batch) else 1
         (loss * (share * ddp_scale) if share * ddp_scale != 1 else loss).backward()
         return loss.detach() * share if share != 1 else loss.detach()
 

@@ -159,7 +159,7 @@ class TrainLoop:
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
                 # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
                 # per-rank mean (DDP averages the gradients), so average them.
-                share = loss if self._global_items(num_items) else loss / self.ctx.world_size
+                share = loss if trainer._normalised_globally(num_items) else loss / self.ctx.world_size
                 self.meter.add_micro(share, batch, trainer._loss_weight)
             micro_done += len(group)
             grad_norm = self._optimizer_step()
@@ -194,9 +194,6 @@ class TrainLoop:
         if self.args.average_tokens_across_devices and self.ctx.distributed:
             total = int(self.ctx.all_reduce_sum(torch.tensor(float(total), device=self.ctx.device)).item())
         return max(total, 1)
-
-    def _global_items(self, num_items: Optional[int]) -> bool:
-        return num_items is not None and self.args.average_tokens_across_devices
 
     def _optimizer_step(self) -> Optional[float]:
         trainer, args = self.trainer, self.args
