@@ -8,6 +8,7 @@ downloaded. The model is built from a config (no pretrained weights). Runs on an
     python examples/quickstart.py config.yaml          # any TrainingArguments field, from a file
 """
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,14 +52,17 @@ def next_byte_accuracy(eval_pred):
     return {"accuracy": float((preds[:, :-1] == labels[:, 1:]).mean())}
 
 
-def main():
-    parser = ArgumentParser([ModelArguments, TrainingArguments])
-    defaults = dict(output_dir="runs/quickstart", num_workers=2, max_steps=600, per_device_train_batch_size=16,
-                    learning_rate=3e-3, warmup_steps=0.05, lr_scheduler_type="cosine", logging_steps=25,
-                    eval_strategy="steps", eval_steps=200, save_steps=200, save_total_limit=2,
-                    per_device_eval_batch_size=32)
-    parser.set_defaults(**defaults)
-    model_args, args = parser.parse_args_into_dataclasses()
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser([ModelArguments, TrainingArguments], description=__doc__.splitlines()[0])
+    parser.set_defaults(output_dir="runs/quickstart", num_workers=2, max_steps=600, per_device_train_batch_size=16,
+                        learning_rate=3e-3, warmup_steps=0.05, lr_scheduler_type="cosine", logging_steps=25,
+                        eval_strategy="steps", eval_steps=200, save_steps=200, save_total_limit=2,
+                        per_device_eval_batch_size=32)
+    return parser
+
+
+def main(argv=None):
+    model_args, args = build_parser().parse_args_into_dataclasses(argv)
 
     data = load_text()
     split = len(data) - model_args.eval_blocks * model_args.block_size
@@ -81,4 +85,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

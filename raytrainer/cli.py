@@ -1,7 +1,9 @@
-"""The `raytrainer` command. Subcommands are argparse subparsers, each with its own `run` function.
+"""The `raytrainer` command: train from a YAML config, list a run's checkpoints.
 
-`raytrainer checkpoints OUTPUT_DIR` shows what a run directory (local or any fsspec URL) holds.
-Errors about storage or configuration print their message and exit 2, without a traceback.
+`raytrainer train CONFIG.yaml [--key value ...]` trains the model and datasets a config names as
+`module:function` references; `raytrainer checkpoints OUTPUT_DIR` shows what a run directory (local or any
+fsspec URL) holds. Subcommands are argparse subparsers, each with its own `run` function. Errors about storage
+or configuration print their message and exit 2, without a traceback.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 from .errors import ConfigError
@@ -98,13 +101,105 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+TRAIN_DESCRIPTION = """\
+Train the model and datasets that CONFIG names, with the TrainingArguments it holds; options after CONFIG
+override the file (--max_steps 20, --output_dir s3://bucket/run). Runs unchanged under `ray job submit`.
+
+CONFIG is YAML (or JSON): TrainingArguments fields, plus references `package.module:function` that are
+imported from the current directory (or PYTHONPATH) before any Ray worker starts:
+
+  model: examples.tiny_lm:model               # called; returns the torch.nn.Module (or model_init: ...)
+  train_dataset:                              # called with kwargs, when given as a mapping
+    ref: examples.tiny_lm:train_dataset
+    kwargs: {block_size: 64}
+  eval_dataset: examples.tiny_lm:eval_dataset           # optional, called
+  compute_metrics: examples.tiny_lm:next_byte_accuracy  # optional, handed to the Trainer as it is
+  # also optional: data_collator, preprocess_logits_for_metrics, trainer_class (a Trainer subclass)
+  output_dir: s3://bucket/runs/tiny_lm
+  num_workers: 2
+  max_steps: 300
+
+Afterwards the model is saved to output_dir and train metrics to output_dir/train_results.json.
+
+examples:
+  raytrainer train examples/configs/tiny_lm.yaml --num_workers 0 --max_steps 20
+  RAY_AUTH_MODE=token ray job submit --address http://HEAD:8265 --working-dir . -- \\
+      raytrainer train examples/configs/tiny_lm.yaml --output_dir s3://bucket/runs/tiny_lm"""
+
+
+class _TrainHelp(argparse.Action):
+    """`raytrainer train --help`: the config format, then every option (built only when asked: it imports torch)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show this help and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help()
+        print("\noptions that override CONFIG (every TrainingArguments field, and the references):")
+        options = _train_options_parser().format_help()
+        print(options[options.index("\n\n") + 2:] if "\n\n" in options else options)
+        parser.exit()
+
+
+def _train_options_parser():
+    from .argparser import ArgumentParser
+    from .args import TrainingArguments
+    from .config_refs import TrainReferences
+
+    return ArgumentParser([TrainingArguments, TrainReferences], prog="raytrainer train CONFIG", add_help=False)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .argparser import CONFIG_SUFFIXES
+    from .config_refs import resolve
+
+    config = args.config
+    if not config.lower().endswith(CONFIG_SUFFIXES):
+        raise ConfigError(f"CONFIG={config!r}: expected a {'/'.join(CONFIG_SUFFIXES)} file (see raytrainer train "
+                          "--help for its format).")
+    if not os.path.isfile(config):
+        raise ConfigError(f"CONFIG={config!r}: no such file (relative paths start at {os.getcwd()}).")
+    training_args, refs = _train_options_parser().parse_args_into_dataclasses([config, *args.overrides])
+    if refs.train_dataset is None:
+        raise ConfigError(f"{config}: no train_dataset: add `train_dataset: package.module:function` (a function "
+                          "that returns the dataset).")
+    trainer_class, trainer_kwargs = resolve(refs)  # imports everything before any Ray worker starts
+    trainer = trainer_class(args=training_args, **trainer_kwargs)
+    output = trainer.train()
+    trainer.save_model()
+    trainer.log_metrics("train", output.metrics)
+    trainer.save_metrics("train", output.metrics)
+    trainer.save_state()
+    print(f"trained {output.global_step} steps; model and train_results.json in {training_args.output_dir} "
+          f"(checkpoints: raytrainer checkpoints {training_args.output_dir})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raytrainer", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="raytrainer", description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog="`raytrainer COMMAND --help` describes each command.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    checkpoints = commands.add_parser("checkpoints", help="list the checkpoints of a run directory",
-                                      description="List checkpoint-<step> directories: committed or partial, "
-                                                  "size, last metrics, and which is best / newest.")
+    train = commands.add_parser("train", help="train what a YAML config names (module:function references)",
+                                description=TRAIN_DESCRIPTION, add_help=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                usage="raytrainer train CONFIG.yaml [--key value ...]")
+    train.add_argument("-h", "--help", action=_TrainHelp)
+    train.add_argument("config", metavar="CONFIG", help="YAML/JSON file: TrainingArguments and references")
+    train.add_argument("overrides", nargs=argparse.REMAINDER, metavar="--key value",
+                       help="TrainingArguments fields or references that override CONFIG")
+    train.set_defaults(run=run_train)
+
+    checkpoints = commands.add_parser(
+        "checkpoints", help="list the checkpoints of a run directory",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="List checkpoint-<step> directories: committed or partial (no valid COMMITTED manifest: "
+                    "never used\nfor resume), size, the metrics logged at that step, and which is best / newest.",
+        epilog="examples:\n  raytrainer checkpoints runs/quickstart\n"
+               "  raytrainer checkpoints s3://bucket/runs/gpt --storage-option endpoint_url=http://127.0.0.1:9000\n"
+               "  raytrainer checkpoints s3://bucket/runs/gpt --json | jq '.[] | select(.committed) | .url'\n\n"
+               "S3 credentials come from --storage-option key=... secret=... or the AWS_* environment variables.")
     checkpoints.add_argument("output_dir", metavar="OUTPUT_DIR", help="run directory: a local path or fsspec URL")
     checkpoints.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     checkpoints.add_argument("--storage-option", action="append", type=_storage_option, metavar="KEY=VALUE",
