@@ -20,6 +20,7 @@ from .loop import TrainLoop, set_seed
 
 def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) -> Any:
     trainer.ctx = ctx
+    trainer._place_auxiliary_modules()
     kind = job["kind"]
     if kind == "train":
         return TrainLoop(trainer, ctx, emitter, job["run_id"], job.get("resume_from")).run()

@@ -159,7 +159,7 @@ class TrainLoop:
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
                 # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
                 # per-rank mean (DDP averages the gradients), so average them.
-                share = loss if trainer._normalised_globally(num_items) else loss / self.ctx.world_size
+                share = loss if trainer._step_loss_is_global else loss / self.ctx.world_size
                 self.meter.add_micro(share, batch, trainer._loss_weight)
             micro_done += len(group)
             grad_norm = self._optimizer_step()
