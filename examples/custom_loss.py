@@ -41,6 +41,8 @@ class LossArguments:
     class_shares: List[float] = field(default_factory=lambda: [0.6, 0.3, 0.1],
                                       metadata={"help": "How often each class occurs in the generated data."})
     seq_len: int = field(default=24, metadata={"help": "Tokens per sequence."})
+    class_token_share: float = field(default=0.5, metadata={"help": "Share of a sequence's tokens drawn from its "
+                                                                     "class's vocabulary band (the rest is noise)."})
     train_samples: int = field(default=1536, metadata={"help": "Generated training sequences."})
     eval_samples: int = field(default=256, metadata={"help": "Generated evaluation sequences."})
 
@@ -65,7 +67,7 @@ class WeightedClasses(torch.utils.data.Dataset):
         self.labels = rng.choice(NUM_LABELS, size=n, p=shares / shares.sum())
         noise = rng.integers(0, BAND * NUM_LABELS, size=(n, loss_args.seq_len))
         signal = BAND * self.labels[:, None] + rng.integers(0, BAND, size=(n, loss_args.seq_len))
-        self.ids = np.where(rng.random((n, loss_args.seq_len)) < 0.3, signal, noise)
+        self.ids = np.where(rng.random((n, loss_args.seq_len)) < loss_args.class_token_share, signal, noise)
 
     def __len__(self):
         return len(self.labels)
