@@ -154,6 +154,8 @@ def run_train(args: argparse.Namespace) -> int:
     from .config_refs import resolve
 
     config = args.config
+    if {"-h", "--help"} & set(args.overrides):  # `raytrainer train CONFIG --help`: REMAINDER swallowed it
+        _TrainHelp(["--help"], "help")(args.train_parser, args, None)
     if not config.lower().endswith(CONFIG_SUFFIXES):
         raise ConfigError(f"CONFIG={config!r}: expected a {'/'.join(CONFIG_SUFFIXES)} file (see raytrainer train "
                           "--help for its format).")
@@ -189,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config", metavar="CONFIG", help="YAML/JSON file: TrainingArguments and references")
     train.add_argument("overrides", nargs=argparse.REMAINDER, metavar="--key value",
                        help="TrainingArguments fields or references that override CONFIG")
-    train.set_defaults(run=run_train)
+    train.set_defaults(run=run_train, train_parser=train)
 
     checkpoints = commands.add_parser(
         "checkpoints", help="list the checkpoints of a run directory",

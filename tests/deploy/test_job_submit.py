@@ -27,7 +27,10 @@ from raytrainer.checkpoint.manifest import is_committed
 from tests.deploy.manifests import ROOT
 
 MARKER = "RAYTRAINER_TEST_HEAD"
-RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+RAY = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray") or "ray"
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="finding the test head's processes (by an "
+                                "environment marker) reads /proc, which only Linux has")
 
 
 def _free_ports(n: int) -> list[int]:
