@@ -84,7 +84,8 @@ class TrainingArguments:
         default=None)
     log_level: str = _help(f"Log level of the main process: {', '.join(LOG_LEVELS)}. 'debug' also shows "
                            "Ray's and the libraries' own messages (or set RAYTRAINER_VERBOSE=1).", default="passive")
-    log_level_replica: str = _help("Log level of the other workers (same choices).", default="warning")
+    log_level_replica: str = _help("Log level of the other workers (same choices). 'error' by default: they "
+                                   "would repeat rank 0's warnings once per worker.", default="error")
 
     # --- saving (checkpoints) ---
     save_strategy: str = _help("When to save a checkpoint: no, steps, epoch, best.", default="steps")

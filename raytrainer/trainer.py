@@ -24,6 +24,7 @@ from .coordinator import cluster, launcher
 from .errors import ConfigError, StorageError
 from .results import ResultsMixin
 from .state import PredictionOutput, TrainerState, TrainOutput
+from .verbosity import worker_level
 from .worker.context import WorkerContext
 from .worker.hooks import WorkerHooks
 
@@ -197,7 +198,9 @@ class Trainer(ResultsMixin, WorkerHooks):
 
     def _run(self, job: dict, run_name: str) -> Any:
         handler = self.callback_handler
-        job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks}
+        job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks,
+               "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
+                              "replica": worker_level(self.args, 1, driver_ran_model=True)}}
         payload = preflight.serialise(self)
         use_gpu = self._use_gpu()
         if self.args.num_workers == 0:

@@ -11,7 +11,7 @@ from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.callbacks.base import CallbackHandler
 from raytrainer.callbacks.events import EVENTS
 from raytrainer.checkpoint.listing import list_checkpoints
-from raytrainer.worker.meter import straggler
+from raytrainer.callbacks.progress import straggler
 from tests.models import TokenData, make_model
 
 pytestmark = pytest.mark.usefixtures("ray_session")
