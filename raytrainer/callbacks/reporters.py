@@ -74,13 +74,13 @@ def normalise_report_to(value: Union[None, str, list, tuple]) -> list:
         return available_reporters()
     names = [value] if isinstance(value, str) else list(value)
     for name in names:
+        if name in ("none", "all"):
+            raise ConfigError(f"report_to={value!r}: 'none' and 'all' cannot be combined with other names.")
         if not isinstance(name, str) or name not in reporter_names():
             choices = ", ".join(["none", "all", *reporter_names()])
             raise ConfigError(f"report_to={value!r}: {name!r} is not a reporter; choose from {choices}. To add "
                               "your own, call raytrainer.register_reporter(name, cls) first, or pass the callback "
                               "in Trainer(callbacks=[...]).")
-        if name in ("none", "all"):
-            raise ConfigError(f"report_to={value!r}: 'none' and 'all' cannot be combined with other names.")
         if not _installed(name):
             raise missing_package(_BUILTIN[name].package, _BUILTIN[name].extra, f"report_to={name!r}")
     return list(dict.fromkeys(names))  # drop repeats, keep order
