@@ -23,6 +23,7 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_
 INTERVALS = ("no", "steps", "epoch")
 SAVE_INTERVALS = ("no", "steps", "epoch", "best")
 STRATEGIES = ("ddp",)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 
 # Fields that are ours (not in HF's TrainingArguments); listed so docs and the parser can say so.
 RAY_FIELDS = (
@@ -67,6 +68,10 @@ class TrainingArguments:
     adam_beta2: float = _help("Adam beta2.", default=0.999)
     adam_epsilon: float = _help("Adam epsilon.", default=1e-8)
     max_grad_norm: float = _help("Gradient clipping norm; 0 disables clipping.", default=1.0)
+    label_smoothing_factor: float = _help("Label smoothing epsilon (0 disables), as HF's LabelSmoother.",
+                                          default=0.0)
+    neftune_noise_alpha: Optional[float] = _help("NEFTune: noise on the input embeddings during training "
+                                                 "(alpha, e.g. 5); None disables.", default=None)
     optim: str = _help(f"Optimizer: one of {', '.join(OPTIMIZERS)}.", default="adamw_torch_fused")
     lr_scheduler_type: str = _help(f"Scheduler: one of {', '.join(SCHEDULERS)}.", default="linear")
     lr_scheduler_kwargs: Optional[Union[dict, str]] = _help(
@@ -82,6 +87,15 @@ class TrainingArguments:
     eval_steps: Optional[float] = _help("Evaluate every N steps; defaults to logging_steps.", default=None)
     prediction_loss_only: bool = _help("In evaluate/predict, only return the loss.", default=False)
     disable_tqdm: bool = _help("Disable the progress bar on the driver.", default=False)
+    eval_on_start: bool = _help("Evaluate once before the first training step (a sanity check).", default=False)
+    eval_delay: float = _help("Epochs (eval_strategy='epoch') or steps to wait before the first evaluation.",
+                              default=0)
+    eval_accumulation_steps: Optional[int] = _help(
+        "Move predictions to the CPU every N evaluation steps (bounds device memory); None: at the end.",
+        default=None)
+    log_level: str = _help(f"Log level of the main process: {', '.join(LOG_LEVELS)}. 'debug' also shows "
+                           "Ray's and the libraries' own messages (or set RAYTRAINER_VERBOSE=1).", default="passive")
+    log_level_replica: str = _help("Log level of the other workers (same choices).", default="warning")
 
     # --- saving (checkpoints) ---
     save_strategy: str = _help("When to save a checkpoint: no, steps, epoch, best.", default="steps")
@@ -239,6 +253,18 @@ class TrainingArguments:
                                   "resource name to a non-negative amount, e.g. {'CPU': 2, 'GPU': 1}.")
             if self.resources_per_worker.get("GPU", 0) > 0 and self.use_gpu is False:
                 raise ConfigError("resources_per_worker asks for a GPU but use_gpu=False: drop one of them.")
+        if not 0 <= self.label_smoothing_factor < 1:
+            raise ConfigError(f"label_smoothing_factor={self.label_smoothing_factor!r} must be in [0, 1).")
+        if self.neftune_noise_alpha is not None and not self.neftune_noise_alpha > 0:
+            raise ConfigError(f"neftune_noise_alpha={self.neftune_noise_alpha!r} must be > 0 (or None to disable).")
+        if self.eval_delay < 0:
+            raise ConfigError(f"eval_delay={self.eval_delay!r} must be >= 0.")
+        if self.eval_accumulation_steps is not None and (
+                not isinstance(self.eval_accumulation_steps, int) or self.eval_accumulation_steps < 1):
+            raise ConfigError(f"eval_accumulation_steps={self.eval_accumulation_steps!r} must be a positive int "
+                              "(or None to keep predictions on the device until the end).")
+        self._one_of("log_level", LOG_LEVELS)
+        self._one_of("log_level_replica", LOG_LEVELS)
         if self.label_names is not None and not all(isinstance(n, str) for n in self.label_names):
             raise ConfigError(f"label_names={self.label_names!r} must be a list of column names.")
 

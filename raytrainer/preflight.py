@@ -56,7 +56,8 @@ def check_loss(trainer, dataset: Any, dataset_name: str):
     was_training = model.training
     try:
         with torch.no_grad():
-            trainer.compute_loss(model, batch, num_items_in_batch=count_label_items(batch, trainer.label_names))
+            trainer._call_compute_loss(model, batch,
+                                       num_items_in_batch=count_label_items(batch, trainer.label_names))
     except Exception as exc:
         raise ConfigError(_loss_failure(trainer, dataset, dataset_name, exc)) from exc
     finally:

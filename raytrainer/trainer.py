@@ -62,6 +62,8 @@ class Trainer(ResultsMixin, WorkerHooks):
             self.add_callback(reporter)
         for callback in callbacks or []:
             self.add_callback(callback)
+        self.callback_handler.context = {"model": model, "processing_class": processing_class}
+        self.callback_handler.handle({"kind": "init_end"})
 
     # ------------------------------------------------------------------ callbacks (HF API)
     def add_callback(self, callback: Union[TrainerCallback, type]):
@@ -121,7 +123,8 @@ class Trainer(ResultsMixin, WorkerHooks):
             result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys},
                                run_name=f"raytrainer-eval-{uuid.uuid4().hex[:8]}")
             metrics.update(result["metrics"])
-        self.state.log_history.append({**metrics, "step": self.state.global_step})
+        # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
+        self.callback_handler.handle({"kind": "log", "logs": {**metrics, "step": self.state.global_step}})
         self.callback_handler.handle({"kind": "evaluate", "metrics": metrics})
         return metrics
 
@@ -196,6 +199,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         return url
 
     def _run(self, job: dict, run_name: str) -> Any:
+        handler = self.callback_handler
+        job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks}
         payload = preflight.serialise(self)
         use_gpu = self._use_gpu()
         if self.args.num_workers == 0:

@@ -1,31 +1,35 @@
-"""HF-compatible callbacks, run on the driver from the workers' event stream.
+"""HF-compatible callbacks. By default they run on the driver, fed by the workers' event stream.
 
 A callback written for Hugging Face's `Trainer` (`on_log(self, args, state, control, logs=None, **kw)`,
 ...) works unchanged: the driver keeps a mirror of the `TrainerState` up to date from the events and calls
-the same methods with the same arguments.
+the same methods with the same arguments. A callback may set flags on `control` or return a
+`TrainerControl` (ours or HF's) or a dict of flags; every rank applies them at the same global step.
+
+Two class attributes say where a callback runs and what it costs:
+- `observes_only = True`: it never changes control, so the workers never wait for it (the progress bar and
+  the reporters). Leave it False for a callback that may stop, save, log or evaluate: the workers then
+  consult the driver after each event that callback listens to (a round trip; see `worker/events.py`).
+- `on_every_rank = True`: it runs inside the loop on every rank, not on the driver, and receives the model,
+  optimizer, scheduler and dataloader as HF passes them (for callbacks that act on tensors). Its control
+  flags are combined across ranks (any rank's flag counts).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import dataclasses
+from typing import Any, Dict, Iterable, List
 
 from ..state import TrainerControl, TrainerState
+from .events import DECISION_POINTS, EVENTS, PER_STEP, method_name
 
-EVENT_METHODS = {
-    "train_begin": "on_train_begin",
-    "epoch_begin": "on_epoch_begin",
-    "step": "on_step_end",
-    "epoch_end": "on_epoch_end",
-    "log": "on_log",
-    "evaluate": "on_evaluate",
-    "predict": "on_predict",
-    "save": "on_save",
-    "train_end": "on_train_end",
-}
+CONTROL_FLAGS = tuple(f.name for f in dataclasses.fields(TrainerControl))
 
 
 class TrainerCallback:
     """Override the events you need; every method receives `(args, state, control, **kwargs)`."""
+
+    observes_only = False
+    on_every_rank = False
 
     def on_init_end(self, args, state, control, **kwargs): ...
     def on_train_begin(self, args, state, control, **kwargs): ...
@@ -33,35 +37,109 @@ class TrainerCallback:
     def on_epoch_begin(self, args, state, control, **kwargs): ...
     def on_epoch_end(self, args, state, control, **kwargs): ...
     def on_step_begin(self, args, state, control, **kwargs): ...
+    def on_substep_end(self, args, state, control, **kwargs): ...
+    def on_pre_optimizer_step(self, args, state, control, **kwargs): ...
+    def on_optimizer_step(self, args, state, control, **kwargs): ...
     def on_step_end(self, args, state, control, **kwargs): ...
     def on_evaluate(self, args, state, control, metrics=None, **kwargs): ...
     def on_predict(self, args, state, control, metrics=None, **kwargs): ...
+    def on_prediction_step(self, args, state, control, **kwargs): ...
     def on_save(self, args, state, control, **kwargs): ...
     def on_log(self, args, state, control, logs=None, **kwargs): ...
     def on_restart(self, args, state, control, **kwargs): ...
 
 
+def listens_to(callback: Any, event: str) -> bool:
+    """Whether the callback's class implements `on_<event>` itself (not only the do-nothing base method)."""
+    fn = getattr(type(callback), method_name(event), None)
+    if fn is None:
+        return False
+    # Ours or transformers' base class: both define every method as a no-op.
+    return getattr(fn, "__qualname__", "").split(".")[0] != "TrainerCallback"
+
+
+def reset_control(control: TrainerControl, event: str):
+    """HF's resets: each step starts without log/evaluate/save requests, each epoch without an epoch stop."""
+    if event == "train_begin":
+        control.should_training_stop = False
+    elif event == "epoch_begin":
+        control.should_epoch_stop = False
+    elif event == "step_begin":
+        control.should_log = control.should_evaluate = control.should_save = False
+
+
+def merge_control(control: TrainerControl, returned: Any):
+    """Apply what a callback returned: a TrainerControl (ours or HF's), a dict of flags, or None."""
+    if returned is None or returned is control:
+        return
+    items = returned.items() if isinstance(returned, dict) else (
+        (name, getattr(returned, name)) for name in CONTROL_FLAGS if hasattr(returned, name))
+    for name, value in items:
+        if name not in CONTROL_FLAGS:
+            raise ValueError(f"A callback returned the control flag {name!r}; known flags: {CONTROL_FLAGS}.")
+        if value:
+            setattr(control, name, True)
+
+
+def call(callback: Any, event: str, args, state, control: TrainerControl, **kwargs):
+    fn = getattr(callback, method_name(event), None)
+    if fn is not None:
+        merge_control(control, fn(args, state, control, **kwargs))
+
+
 class CallbackHandler:
-    """Applies worker events to the driver's state mirror, then dispatches them to the callbacks."""
+    """Applies worker events to the driver's state mirror, then dispatches them to the driver's callbacks."""
 
     def __init__(self, callbacks: List[Any], args, state: TrainerState):
         self.callbacks = list(callbacks)
         self.args = args
         self.state = state
         self.control = TrainerControl()
+        self.context: Dict[str, Any] = {}  # model, processing_class: what HF passes every callback
 
     def add(self, callback: Any):
         self.callbacks.append(callback() if isinstance(callback, type) else callback)
 
+    @property
+    def driver_callbacks(self) -> List[Any]:
+        return [c for c in self.callbacks if not getattr(c, "on_every_rank", False)]
+
+    @property
+    def rank_callbacks(self) -> List[Any]:
+        return [c for c in self.callbacks if getattr(c, "on_every_rank", False)]
+
+    def control_points(self) -> frozenset:
+        """The events after which the workers must wait for the driver's control decision: those that a
+        callback able to change control listens to (per-step listeners make every step end one)."""
+        steering = [c for c in self.driver_callbacks if not getattr(c, "observes_only", False)]
+        heard = {event for c in steering for event in EVENTS if listens_to(c, event)}
+        points = heard & DECISION_POINTS
+        if heard & PER_STEP:
+            points.add("step_end")
+        return frozenset(points)
+
     def handle(self, event: Dict[str, Any]):
         kind = event["kind"]
+        if kind == "control_request":
+            return
         self._update_state(kind, event)
-        method = EVENT_METHODS.get(kind, "on_" + kind)
+        reset_control(self.control, kind)
         kwargs = {k: v for k, v in event.items() if k not in ("kind", "rank", "time", "global_step", "epoch")}
-        for callback in self.callbacks:
-            fn = getattr(callback, method, None)
-            if fn is not None:
-                fn(self.args, self.state, self.control, **kwargs)
+        kwargs = {**self.context, **kwargs}
+        for callback in self.driver_callbacks:
+            call(callback, kind, self.args, self.state, self.control, **kwargs)
+
+    def handle_all(self, events: Iterable[Dict[str, Any]]):
+        for event in events:
+            self.handle(event)
+
+    def take_control(self) -> Dict[str, bool]:
+        """The flags set since the last decision, handed to the workers; the one-off requests are cleared
+        here (the workers now act on them), a training stop stays set, as in HF."""
+        flags = {name: bool(getattr(self.control, name)) for name in CONTROL_FLAGS}
+        self.control.should_log = self.control.should_evaluate = self.control.should_save = False
+        self.control.should_epoch_stop = False
+        return flags
 
     def _update_state(self, kind: str, event: Dict[str, Any]):
         state = self.state
@@ -72,10 +150,8 @@ class CallbackHandler:
         if kind == "train_begin":
             state.max_steps = event.get("max_steps", state.max_steps)
             state.num_train_epochs = event.get("num_train_epochs", state.num_train_epochs)
-        elif kind == "log":
+        elif kind == "log":  # as in HF, evaluation metrics and the final metrics are logged too
             state.log_history.append(dict(event["logs"]))
-        elif kind == "evaluate":
-            state.log_history.append(dict(event["metrics"]))
         elif kind == "save":
             state.best_model_checkpoint = event.get("best_model_checkpoint", state.best_model_checkpoint)
             state.best_metric = event.get("best_metric", state.best_metric)

@@ -1,17 +1,20 @@
-"""The one channel from workers to the driver: events (progress, logs, evaluations, saves, restarts) and
-the final result.
+"""The one channel between workers and the driver: events (progress, logs, evaluations, saves, restarts),
+control decisions, and the final result.
 
 Ray Train V2 keeps no metrics reported without a checkpoint, so the run's stream is ours: an `EventSink`
-owned by the driver (a Ray actor, or a plain object in the driver process for `num_workers=0`). Workers
-append; the driver drains it and runs callbacks. The sink outlives worker-group restarts, so the driver
-sees one stream for the whole run.
+owned by the driver (an async Ray actor, or `DirectSink` in the driver process for `num_workers=0`).
+Workers append; the driver waits on it and runs callbacks. The sink outlives worker-group restarts, so the
+driver sees one stream for the whole run.
 
 Workers buffer events and send them in batches (at most every `flush_interval_s`, and at once for logs,
-evaluations and saves), so a step costs no remote call.
+evaluations and saves), so observing a step costs no remote call. Only when a driver callback can change
+control does rank 0 ask for a decision (`request_control`): its buffered events and the request travel in
+one call, which returns when the driver has run the callbacks on them and answered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -21,47 +24,95 @@ URGENT = frozenset({"train_begin", "log", "evaluate", "save", "restart", "train_
 
 
 class EventSink:
-    """Collects events from every worker; holds the result of the run (sent by rank 0)."""
+    """Collects events from every worker, hands control decisions back, holds the result (from rank 0).
+
+    Run as an async Ray actor: methods that do not await run to completion in the order one caller sent
+    them, so a worker's events stay in order; `push_and_await` and `wait_events` wait without blocking."""
 
     def __init__(self):
         self._events: List[Dict[str, Any]] = []
         self._result: Any = None
         self._failures: List[str] = []
-        self._lock = threading.Lock()
+        self._arrived = asyncio.Event()
+        self._decisions: Dict[int, asyncio.Future] = {}
+        self._next_request = 0
 
-    def push(self, events: List[Dict[str, Any]]) -> int:
-        with self._lock:
-            self._events.extend(events)
-            return len(events)
+    async def push(self, events: List[Dict[str, Any]]) -> int:
+        self._events.extend(events)
+        self._arrived.set()
+        return len(events)
 
-    def drain(self) -> List[Dict[str, Any]]:
-        with self._lock:
-            events, self._events = self._events, []
-            return events
+    async def push_and_await(self, events: List[Dict[str, Any]]) -> Dict[str, bool]:
+        """Append `events` and a control request; return the driver's decision once it has seen them."""
+        request = self._next_request
+        self._next_request += 1
+        future = asyncio.get_running_loop().create_future()
+        self._decisions[request] = future
+        await self.push(events + [{"kind": "control_request", "rank": 0, "time": time.time(), "id": request}])
+        try:
+            return await future
+        finally:
+            self._decisions.pop(request, None)
 
-    def set_result(self, result: Any) -> bool:
-        with self._lock:
-            self._result = result
-            return True
+    async def decide(self, request: int, flags: Dict[str, bool]) -> bool:
+        future = self._decisions.get(request)
+        if future is not None and not future.done():
+            future.set_result(flags)
+        return True
 
-    def get_result(self) -> Any:
-        with self._lock:
-            return self._result
+    async def wait_events(self, timeout_s: float) -> List[Dict[str, Any]]:
+        """Every event so far; waits up to `timeout_s` for one when there is none."""
+        if not self._events:
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        events, self._events = self._events, []
+        self._arrived.clear()
+        return events
 
-    def record_failure(self, cause: str) -> bool:
+    async def set_result(self, result: Any) -> bool:
+        self._result = result
+        return True
+
+    async def get_result(self) -> Any:
+        return self._result
+
+    async def record_failure(self, cause: str) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails."""
-        with self._lock:
-            self._failures.append(cause)
-            self._events.append({"kind": "failure", "rank": -1, "time": time.time(), "cause": cause})
-            return True
+        self._failures.append(cause)
+        await self.push([{"kind": "failure", "rank": -1, "time": time.time(), "cause": cause}])
+        return True
 
-    def last_failure(self) -> Optional[str]:
-        with self._lock:
-            return self._failures[-1] if self._failures else None
+    async def last_failure(self) -> Optional[str]:
+        return self._failures[-1] if self._failures else None
+
+
+class DirectSink:
+    """The sink for `num_workers=0`: events are dispatched to the driver's callbacks as they are emitted."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self._result: Any = None
+
+    def push(self, events):
+        self.handler.handle_all(events)
+        return len(events)
+
+    def push_and_await(self, events):
+        self.push(events)
+        return self.handler.take_control()
+
+    def set_result(self, result):
+        self._result = result
+        return True
+
+    def last_failure(self):
+        return None
 
 
 class Emitter:
-    """Worker-side: buffers events and delivers them to the sink (a Ray actor handle or an EventSink)."""
+    """Worker-side: buffers events and delivers them to the sink (a Ray actor handle or a DirectSink)."""
 
     def __init__(self, sink: Any, rank: int, flush_interval_s: float = 0.5):
         self._sink = sink
@@ -79,12 +130,20 @@ class Emitter:
         if kind in URGENT or time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
 
-    def flush(self, wait: bool = False):
+    def _take(self) -> List[Dict[str, Any]]:
         with self._lock:
             events, self._buffer = self._buffer, []
             self._last_flush = time.monotonic()
+        return events
+
+    def flush(self, wait: bool = False):
+        events = self._take()
         if events:
             self._call("push", events, wait=wait)
+
+    def request_control(self) -> Dict[str, bool]:
+        """Send what is buffered and wait for the driver's control decision on it."""
+        return self._call("push_and_await", self._take(), wait=True)
 
     def last_failure(self) -> Optional[str]:
         """Why the previous worker group died, as the coordinator recorded it (None on a first attempt)."""

@@ -11,10 +11,11 @@ import threading
 from typing import Any, Dict
 
 from ..callbacks.base import CallbackHandler
-from ..callbacks.channel import Emitter, EventSink
+from ..callbacks.channel import DirectSink, Emitter, EventSink
 from ..worker.context import WorkerContext
 from ..worker.entry import ray_worker_main, run_job
 
+# How long the driver waits for events before checking whether fit() ended; events wake it at once.
 POLL_INTERVAL_S = 0.2
 
 
@@ -24,15 +25,8 @@ class TrainingError(RuntimeError):
 
 def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_gpu: bool) -> Any:
     """num_workers=0: the same job, in this process, with events dispatched as they are emitted."""
-
-    class DirectSink(EventSink):
-        def push(self, events):
-            for event in events:
-                handler.handle(event)
-            return len(events)
-
     ctx = WorkerContext.in_process(use_gpu)
-    return run_job(trainer, job, ctx, Emitter(DirectSink(), rank=0, flush_interval_s=0.0))
+    return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0))
 
 
 def run_on_ray(payload: bytes, job: Dict[str, Any], handler: CallbackHandler, args, use_gpu: bool,
@@ -43,7 +37,7 @@ def run_on_ray(payload: bytes, job: Dict[str, Any], handler: CallbackHandler, ar
 
     from .failures import FailureRecorder
 
-    sink = ray.remote(num_cpus=0)(EventSink).remote()
+    sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).remote()
     try:
         torch_trainer = TorchTrainer(
             ray_worker_main,
@@ -74,13 +68,20 @@ def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler):
     thread = threading.Thread(target=fit, name="raytrainer-fit", daemon=True)
     thread.start()
     while thread.is_alive():
-        for event in ray.get(sink.drain.remote()):
-            handler.handle(event)
-        thread.join(POLL_INTERVAL_S)
-    for event in ray.get(sink.drain.remote()):
-        handler.handle(event)
+        _dispatch(ray.get(sink.wait_events.remote(POLL_INTERVAL_S)), sink, handler)
+    _dispatch(ray.get(sink.wait_events.remote(0)), sink, handler)
     if "error" in outcome:
         raise _unwrap(outcome["error"]) from outcome["error"]
+
+
+def _dispatch(events, sink, handler: CallbackHandler):
+    """Run the callbacks on the events in order; answer rank 0's control requests once the events before
+    them have been handled, so a decision reflects everything up to that point."""
+    for event in events:
+        if event["kind"] == "control_request":
+            sink.decide.remote(event["id"], handler.take_control())
+        else:
+            handler.handle(event)
 
 
 def _unwrap(error: BaseException) -> BaseException:

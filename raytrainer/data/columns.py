@@ -28,6 +28,12 @@ def _signature(func, bound: bool = False) -> Tuple[Tuple[str, ...], bool]:
     return names, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
+def accepts_argument(func, name: str) -> bool:
+    """Whether `func` takes an argument `name` (by that name or through **kwargs)."""
+    names, var_kw = _signature(func)
+    return var_kw or name in names
+
+
 def default_label_names(model: nn.Module) -> List[str]:
     names, _ = forward_signature(model)
     return [n for n in names if "label" in n] or ["labels"]

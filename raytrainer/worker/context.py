@@ -48,6 +48,11 @@ class WorkerContext:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor
+
     def all_gather_object(self, obj: Any) -> List[Any]:
         if not self.distributed:
             return [obj]

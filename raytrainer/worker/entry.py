@@ -15,14 +15,17 @@ import cloudpickle
 from ..callbacks.channel import Emitter
 from .context import WorkerContext
 from .evaluation import evaluation_loop
+from .events import LoopEvents
 from .loop import TrainLoop, set_seed
 
 
 def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) -> Any:
     trainer.ctx = ctx
+    trainer._place_auxiliary_modules()
+    events = LoopEvents(trainer, ctx, emitter, job.get("control_points", ()), job.get("rank_callbacks", ()))
     kind = job["kind"]
     if kind == "train":
-        return TrainLoop(trainer, ctx, emitter, job["run_id"], job.get("resume_from")).run()
+        return TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from")).run()
 
     # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.
     set_seed(trainer.args.seed)
@@ -32,11 +35,11 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) 
     if kind == "evaluate":
         dataloader = trainer.get_eval_dataloader(dataset)
         output = evaluation_loop(trainer, dataloader, ignore_keys=job.get("ignore_keys"),
-                                 metric_key_prefix=job["prefix"])
+                                 metric_key_prefix=job["prefix"], on_step=events.emit)
         return {"metrics": output.metrics} if ctx.is_main else None
     output = evaluation_loop(trainer, trainer.get_test_dataloader(dataset),
                              prediction_loss_only=False, ignore_keys=job.get("ignore_keys"),
-                             metric_key_prefix=job["prefix"])
+                             metric_key_prefix=job["prefix"], on_step=events.emit)
     return {"prediction": output} if ctx.is_main else None
 
 

@@ -9,7 +9,7 @@ broadcast, so every rank holds the same values for decisions (best checkpoint, e
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
@@ -17,6 +17,12 @@ import torch
 from ..state import EvalPrediction, PredictionOutput
 
 PAD = -100
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _to_numpy(value: Any) -> Any:
@@ -57,15 +63,49 @@ def _batch_size(batch: dict) -> int:
     return 1
 
 
-def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = None,
-                    ignore_keys=None, metric_key_prefix: str = "eval") -> PredictionOutput:
+class PredictionBuffer:
+    """Predictions and labels of the batches so far. They stay on the device (no sync per batch) and move
+    to host memory every `move_every` batches (HF's eval_accumulation_steps; None: at the end), which
+    bounds the device memory they hold. `peak_device_bytes` records that bound as measured."""
+
+    def __init__(self, move_every: Optional[int]):
+        self.move_every = move_every
+        self.pending: List[Any] = []
+        self.host: List[Any] = []
+        self.peak_device_bytes = 0
+
+    def add(self, logits: Any, labels: Any):
+        self.pending.append((logits, labels))
+        self.peak_device_bytes = max(self.peak_device_bytes, sum(_nbytes(p) for p in self.pending))
+        if self.move_every is not None and len(self.pending) >= self.move_every:
+            self.move_to_host()
+
+    def move_to_host(self):
+        self.host.extend((_to_numpy(p), _to_numpy(label)) for p, label in self.pending)
+        self.pending = []
+
+    def concatenated(self):
+        self.move_to_host()
+        return concat_padded([p for p, _ in self.host]), concat_padded([label for _, label in self.host])
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+
+def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = None, ignore_keys=None,
+                    metric_key_prefix: str = "eval", on_step: Optional[Callable[[str], None]] = None
+                    ) -> PredictionOutput:
+    """`on_step(event)` is told of each batch ("prediction_step"), for the driver's callbacks."""
     args, ctx = trainer.args, trainer.ctx
     if prediction_loss_only is None:
         prediction_loss_only = args.prediction_loss_only
     start = time.time()
     model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
     loss_sum, count = None, 0  # loss_sum stays None when the model gives no loss (no labels)
-    preds, labels = [], []
+    buffer = PredictionBuffer(args.eval_accumulation_steps)
     for batch in dataloader:
         size = _batch_size(batch)
         loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
@@ -74,10 +114,13 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         count += size
         if logits is not None and trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, label)
-        preds.append(_to_numpy(logits))
-        labels.append(_to_numpy(label))
+        buffer.add(_detached(logits), _detached(label))
+        if on_step is not None:
+            on_step("prediction_step")
+    trainer._eval_peak_device_bytes = buffer.peak_device_bytes
+    preds, labels = buffer.concatenated()
 
-    gathered = ctx.all_gather_object((loss_sum, count, concat_padded(preds), concat_padded(labels)))
+    gathered = ctx.all_gather_object((loss_sum, count, preds, labels))
     losses = [g[0] for g in gathered if g[0] is not None]
     num_samples = sum(g[1] for g in gathered)
     all_preds = concat_padded([g[2] for g in gathered])

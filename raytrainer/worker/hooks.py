@@ -14,16 +14,27 @@ from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 
 from ..data.collator import DefaultCollator, pad_token_id_of
-from ..data.columns import (ColumnFilter, accepts_loss_kwargs, count_label_items, default_label_names,
-                            extract_logits, extract_loss, forward_signature)
+from ..data.columns import (ColumnFilter, accepts_argument, accepts_loss_kwargs, count_label_items,
+                            default_label_names, extract_logits, extract_loss, forward_signature)
 from ..data.sampler import DistributedBatchSampler, eval_shard
 from ..optim import create_optimizer, create_scheduler
+from .losses import is_causal_lm, label_smoothed_loss
 
 
 class WorkerHooks:
+    # Hugging Face's class attribute: whether `compute_loss` returns a loss already normalised over the whole
+    # accumulated (global) batch, i.e. by `num_items_in_batch`. None: decided on each call, True exactly when the
+    # base `compute_loss` normalised it. A subclass that computes its own loss returns a per-micro-batch mean
+    # (averaged over micro-steps and ranks) unless it sets this to True.
+    loss_is_scaled_for_ga: Optional[bool] = None
     # Set per micro-batch by the loop: 0.0 for a rank's zero-weight filler batch (see data/sampler.py).
     _loss_weight: float = 1.0
     _accumulation_steps_now: int = 1
+    # Set by the base compute_loss when it normalised by num_items_in_batch; read by training_step.
+    _loss_scaled_by_items: bool = False
+    # Set by training_step, read by the loop's loss meter: whether the returned loss is this rank's share of
+    # the global batch's loss (summed over ranks) rather than a per-rank value (averaged over ranks).
+    _step_loss_is_global: bool = False
 
     # ------------------------------------------------------------------ data
     @property
@@ -61,6 +72,13 @@ class WorkerHooks:
         return DataLoader(shard, batch_size=self.args.per_device_eval_batch_size, shuffle=False,
                           collate_fn=self._collator(), num_workers=self.args.dataloader_num_workers)
 
+    def _place_auxiliary_modules(self):
+        """Modules a subclass keeps besides the model (a frozen reference model for a DPO-style loss, ...) go to
+        this worker's device, frozen and in eval mode: they are never wrapped, optimised or saved."""
+        for name, value in vars(self).items():
+            if isinstance(value, torch.nn.Module) and name not in ("model", "model_wrapped"):
+                value.to(self.ctx.device).eval().requires_grad_(False)
+
     # ------------------------------------------------------------------ optimisation
     def create_optimizer(self):
         if self.optimizer is None:
@@ -87,12 +105,13 @@ class WorkerHooks:
 
     def compute_loss(self, model, inputs: dict, return_outputs: bool = False,
                      num_items_in_batch: Optional[int] = None):
-        """The loss of one micro-batch, normalised so that summing over micro-steps and ranks gives the mean
-        over every label item of the global batch (`num_items_in_batch`)."""
+        """The loss of one micro-batch. Given `num_items_in_batch`, normalised so that summing over micro-steps
+        and ranks gives the mean over every label item of the global batch; otherwise the model's own mean."""
         inputs = dict(inputs)
-        labels = inputs.pop("labels", None) if self.compute_loss_func is not None else None
+        smoothing = self.args.label_smoothing_factor if self.compute_loss_func is None else 0.0
+        labels = inputs.pop("labels", None) if self.compute_loss_func is not None or smoothing else None
         rescale_items = None
-        if num_items_in_batch is not None and self.compute_loss_func is None:
+        if num_items_in_batch is not None and self.compute_loss_func is None and not smoothing:
             if self.model_accepts_loss_kwargs:
                 inputs["num_items_in_batch"] = num_items_in_batch
             else:  # the model returns a mean over its own label items: turn it into a share of the global sum
@@ -100,26 +119,46 @@ class WorkerHooks:
         outputs = model(**inputs)
         if self.compute_loss_func is not None:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        elif labels is not None:  # label smoothing: our loss from the logits, as HF's LabelSmoother
+            loss = label_smoothed_loss(extract_logits(outputs), labels, smoothing, num_items_in_batch,
+                                       shift_labels=is_causal_lm(self.model))
         else:
             loss = extract_loss(outputs, inputs.keys())
             if rescale_items is not None and rescale_items != num_items_in_batch:
                 loss = loss * (rescale_items / num_items_in_batch)
+        self._loss_scaled_by_items = num_items_in_batch is not None
         return (loss, outputs) if return_outputs else loss
 
-    def _normalised_globally(self, num_items_in_batch: Optional[int]) -> bool:
-        """Whether a micro-batch's loss is its share of the global batch's item count (summed over ranks)."""
-        return num_items_in_batch is not None and self.args.average_tokens_across_devices
+    def _call_compute_loss(self, model, inputs: dict, return_outputs: bool = False,
+                           num_items_in_batch: Optional[int] = None):
+        """`compute_loss`, called with only the arguments an override accepts (older HF scripts override
+        `compute_loss(self, model, inputs, return_outputs=False)`, without `num_items_in_batch`)."""
+        kwargs = {"return_outputs": return_outputs} if return_outputs else {}
+        if num_items_in_batch is not None and accepts_argument(type(self).compute_loss, "num_items_in_batch"):
+            kwargs["num_items_in_batch"] = num_items_in_batch
+        self._loss_scaled_by_items = False
+        return self.compute_loss(model, inputs, **kwargs)
+
+    def _loss_is_scaled(self) -> bool:
+        """Whether the last compute_loss result is normalised over the whole accumulated batch (HF's rule)."""
+        if self.loss_is_scaled_for_ga is not None:
+            return bool(self.loss_is_scaled_for_ga)
+        return self._loss_scaled_by_items
 
     def training_step(self, model, inputs: dict, num_items_in_batch: Optional[int] = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns the detached loss (its share of the step's loss)."""
         model.train()
         inputs = self._prepare_inputs(inputs)
-        loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
-        # Without item counts, average over the accumulated micro-steps; a filler batch weighs zero.
-        share = self._loss_weight / (self._accumulation_steps_now if num_items_in_batch is None else 1)
-        # DDP averages gradients over ranks; a loss already normalised by the global item count must be summed.
-        ddp_scale = self.ctx.world_size if self._normalised_globally(num_items_in_batch) else 1
-        (loss * (share * ddp_scale) if share * ddp_scale != 1 else loss).backward()
+        loss = self._call_compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        scaled = self._loss_is_scaled()
+        # A per-micro-batch mean is averaged over the accumulated micro-steps; a filler batch weighs zero.
+        share = self._loss_weight / (1 if scaled else self._accumulation_steps_now)
+        # DDP averages gradients over ranks: a loss normalised by the global item count must be summed, so it
+        # is multiplied by the world size; a per-rank mean is averaged, as DDP does.
+        self._step_loss_is_global = (scaled and num_items_in_batch is not None
+                                     and self.args.average_tokens_across_devices)
+        scale = share * (self.ctx.world_size if self._step_loss_is_global else 1)
+        (loss * scale if scale != 1 else loss).backward()
         return loss.detach() * share if share != 1 else loss.detach()
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):
@@ -136,7 +175,7 @@ class WorkerHooks:
         model.eval()
         with torch.no_grad():
             if has_labels:
-                loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
+                loss, outputs = self._call_compute_loss(model, inputs, return_outputs=True)
                 loss = loss.mean().detach()
             else:
                 loss, outputs = None, model(**inputs)

@@ -1,16 +1,21 @@
 """The training loop that runs on every worker (and in the driver process when num_workers=0).
 
     build model -> wrap (strategy) -> optimizer, scheduler -> resume from a committed checkpoint
+    on_train_begin -> [evaluate if eval_on_start]
     for epoch:
+        on_epoch_begin
         for each accumulation group of micro-batches (this rank's shard):
+            on_step_begin
             num_items_in_batch = label items of the whole global batch (all micro-steps, all ranks)
-            forward/backward each micro-batch (no gradient all-reduce but on the last)
-            clip -> optimizer step -> scheduler step
-            log / evaluate / save when due: decided from the step counter, so every rank agrees
-    wait for the last checkpoint to commit -> rank 0 returns the result
+            forward/backward each micro-batch (no gradient all-reduce but on the last), on_substep_end
+            clip -> on_pre_optimizer_step -> optimizer step -> on_optimizer_step -> scheduler step
+            on_step_end -> log / evaluate / save when due or when a callback asked
+        on_epoch_end -> epoch-interval log / evaluate / save
+    wait for the last checkpoint to commit -> log the run's metrics -> on_train_end -> rank 0 returns
 
-Every decision depends only on values that are identical on all ranks (the global step, reduced metrics),
-so every rank takes it at the same step (principle 1).
+Every decision depends only on values that are identical on all ranks (the global step, reduced metrics,
+control flags combined over ranks in `worker/events.py`), so every rank takes it at the same step
+(principle 1). `callbacks/events.py` lists the events in order.
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ import torch
 from ..checkpoint.manager import CheckpointManager
 from ..data.columns import count_label_items
 from ..data.sampler import DistributedBatchSampler
-from ..state import TrainerState, TrainOutput
+from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from .evaluation import evaluation_loop
+from .events import LoopEvents
+from .meter import Meter
+from .neftune import neftune
 
 
 def set_seed(seed: int):
@@ -60,11 +68,12 @@ class Plan:
 
 
 class TrainLoop:
-    def __init__(self, trainer, ctx, emitter, run_id: str, resume_from: Optional[str]):
+    def __init__(self, trainer, ctx, emitter, events: LoopEvents, run_id: str, resume_from: Optional[str]):
         self.trainer = trainer
         self.args = trainer.args
         self.ctx = ctx
         self.emitter = emitter
+        self.events = events
         self.run_id = run_id
         self.resume_from = resume_from
 
@@ -76,7 +85,7 @@ class TrainLoop:
         trainer.strategy = make_strategy(args.strategy, ctx)
         trainer.model_wrapped = trainer.strategy.setup(model)
         trainer.model = trainer.strategy.unwrap(trainer.model_wrapped)
-        self.dataloader = trainer.get_train_dataloader()
+        self.dataloader = trainer._train_dataloader = trainer.get_train_dataloader()
         sampler = self.dataloader.batch_sampler
         self.sampler = sampler if isinstance(sampler, DistributedBatchSampler) else None
         micro = self.sampler.micro_batches_per_epoch() if self.sampler else len(self.dataloader)
@@ -107,7 +116,8 @@ class TrainLoop:
             cause = self.emitter.last_failure() or "worker group restarted"
             restored.restarts.append({"global_step": restored.global_step, "cause": cause, "time": time.time(),
                                       "checkpoint": url})
-            self.emitter.emit("restart", global_step=restored.global_step, cause=cause, checkpoint=url)
+            self.emitter.emit("restart", global_step=restored.global_step, epoch=restored.epoch, cause=cause,
+                              checkpoint=url)
         if self.args.ignore_data_skip:
             restored.samples_seen_in_epoch = 0
         return restored
@@ -116,26 +126,22 @@ class TrainLoop:
     def run(self) -> Optional[dict]:
         self._setup()
         trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
-        self.emitter.emit("train_begin", global_step=state.global_step, epoch=state.epoch,
-                          max_steps=state.max_steps, num_train_epochs=state.num_train_epochs,
-                          world_size=ctx.world_size)
         self.meter = Meter(ctx.device)
         start_time, start_step = time.time(), state.global_step
         trainer.optimizer.zero_grad(set_to_none=True)
-
-        while state.global_step < state.max_steps and state.epoch_index < self.plan.num_epochs:
-            self._train_epoch(state)
-            if not self._epoch_exhausted(state):
-                break  # max_steps reached mid-epoch
-            # The epoch's data ran out (also when that was the last step): epoch-end hooks run.
-            state.epoch_index += 1
-            state.samples_seen_in_epoch = 0
-            self._on_epoch_end(state)
-
+        self._optimizer_mode("train")
+        with neftune(trainer.model, self.args.neftune_noise_alpha):
+            control = self.events.fire("train_begin", max_steps=state.max_steps,
+                                       num_train_epochs=state.num_train_epochs, world_size=ctx.world_size)
+            if self.args.eval_on_start and state.global_step == 0:
+                control = self._evaluate(state)
+            while (not control.should_training_stop and state.global_step < state.max_steps
+                   and state.epoch_index < self.plan.num_epochs):
+                control = self._train_epoch(state)
         self.checkpoints.wait()
         return self._finish(state, time.time() - start_time, state.global_step - start_step)
 
-    def _train_epoch(self, state: TrainerState):
+    def _train_epoch(self, state: TrainerState) -> TrainerControl:
         trainer, args = self.trainer, self.args
         epoch = state.epoch_index
         offset = state.samples_seen_in_epoch
@@ -146,10 +152,14 @@ class TrainLoop:
             batches = islice(iter(self.dataloader), offset, None)
         accumulation = args.gradient_accumulation_steps
         micro_done = 0
-        while True:
+        control = self.events.fire("epoch_begin")
+        while not (control.should_epoch_stop or control.should_training_stop):
+            waited = time.perf_counter()
             group = list(islice(batches, accumulation))
             if not group:
                 break
+            started = time.perf_counter()
+            self.events.fire("step_begin")
             num_items = self._num_items(group, first_micro=micro_done)
             trainer._accumulation_steps_now = len(group)
             for i, batch in enumerate(group):
@@ -159,8 +169,10 @@ class TrainLoop:
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
                 # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
                 # per-rank mean (DDP averages the gradients), so average them.
-                share = loss if trainer._normalised_globally(num_items) else loss / self.ctx.world_size
+                share = loss if trainer._step_loss_is_global else loss / self.ctx.world_size
                 self.meter.add_micro(share, batch, trainer._loss_weight)
+                if not last:
+                    self.events.fire("substep_end")
             micro_done += len(group)
             grad_norm = self._optimizer_step()
             state.global_step += 1
@@ -170,11 +182,20 @@ class TrainLoop:
             else:
                 state.samples_seen_in_epoch = offset + micro_done
                 state.epoch = epoch + state.samples_seen_in_epoch / max(self.plan.micro_batches_per_epoch, 1)
-            self.meter.step_done(grad_norm)
-            self.emitter.emit("step", global_step=state.global_step, epoch=state.epoch)
-            self._on_step_end(state)
+            self.meter.step_done(grad_norm, data_wait=started - waited, busy=time.perf_counter() - started)
+            control = self.events.fire("step_end")
+            control = self._maybe_log_evaluate_save(state, control)
             if state.global_step >= state.max_steps:
-                break
+                control.should_training_stop = True
+        # The epoch's data ran out (also when that was the last step), or a callback ended the epoch.
+        exhausted = self._epoch_exhausted(state) or control.should_epoch_stop
+        if exhausted:
+            state.epoch_index += 1
+            state.samples_seen_in_epoch = 0
+        control = self.events.fire("epoch_end")
+        if exhausted:
+            control = self._at_epoch_end(state, control)
+        return control
 
     def _epoch_exhausted(self, state: TrainerState) -> bool:
         if self.sampler is not None:
@@ -200,60 +221,85 @@ class TrainLoop:
         grad_norm = None
         if args.max_grad_norm > 0:
             grad_norm = trainer.strategy.clip_grad_norm(trainer.model_wrapped, args.max_grad_norm)
+        self.events.fire("pre_optimizer_step")
         trainer.optimizer.step()
+        self.events.fire("optimizer_step")
         trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
+    def _optimizer_mode(self, mode: str):
+        """Schedule-free optimizers keep train and eval weights: evaluate and save with the eval ones (as HF)."""
+        switch = getattr(self.trainer.optimizer, mode, None)
+        if callable(switch):
+            switch()
+
     # ------------------------------------------------------------------ when due: log, evaluate, save
-    def _on_step_end(self, state: TrainerState):
+    def _maybe_log_evaluate_save(self, state: TrainerState, control: TrainerControl) -> TrainerControl:
+        """HF's order after a step: log, evaluate, save; each when its interval is due or a callback asked.
+        A run that stops early (a callback's should_training_stop) saves a final checkpoint."""
         args, step = self.args, state.global_step
-        last = step >= state.max_steps
-        if (args.logging_strategy == "steps" and step % state.logging_steps == 0) or (
+        if control.should_log or (args.logging_strategy == "steps" and step % state.logging_steps == 0) or (
                 args.logging_first_step and step == 1):
-            self._log(state)
-        metrics = None
-        if args.eval_strategy == "steps" and step % state.eval_steps == 0:
-            metrics = self._evaluate(state)
-        if (args.save_strategy == "steps" and (step % state.save_steps == 0 or last)) or (
-                args.save_strategy == "best" and metrics is not None and state.best_global_step == step):
-            self.checkpoints.save(state)
+            control = self._log(state)
+        evaluated = False
+        if control.should_evaluate or (args.eval_strategy == "steps" and step % state.eval_steps == 0
+                                       and step >= args.eval_delay):
+            control, evaluated = self._evaluate(state), True
+        last = step >= state.max_steps or control.should_training_stop
+        if (control.should_save or (args.save_strategy == "steps" and (step % state.save_steps == 0 or last))
+                or (args.save_strategy == "best" and evaluated and state.best_global_step == step)
+                or (control.should_training_stop and args.save_strategy != "no")):
+            self._save(state)
+        control.should_log = control.should_evaluate = control.should_save = False
+        return control
 
-    def _on_epoch_end(self, state: TrainerState):
+    def _at_epoch_end(self, state: TrainerState, control: TrainerControl) -> TrainerControl:
         args = self.args
-        if args.logging_strategy == "epoch":
-            self._log(state)
-        if args.eval_strategy == "epoch":
-            self._evaluate(state)
-            if args.save_strategy == "best" and state.best_global_step == state.global_step:
-                self.checkpoints.save(state)
-        if args.save_strategy == "epoch":
-            self.checkpoints.save(state)
+        if args.logging_strategy == "epoch" or control.should_log:
+            control = self._log(state)
+        evaluated = False
+        if control.should_evaluate or (args.eval_strategy == "epoch" and state.epoch_index >= args.eval_delay):
+            control, evaluated = self._evaluate(state), True
+        best = args.save_strategy == "best" and evaluated and state.best_global_step == state.global_step
+        if args.save_strategy == "epoch" or best or control.should_save:
+            self._save(state)
+        control.should_log = control.should_evaluate = control.should_save = False
+        return control
 
-    def _log(self, state: TrainerState):
-        logs = self.meter.flush(self.ctx, self.trainer.lr_scheduler.get_last_lr()[0])
-        if not logs:
-            return
-        logs.update(epoch=round(state.epoch, 4), step=state.global_step)
+    def _save(self, state: TrainerState):
+        self._optimizer_mode("eval")
+        self.checkpoints.save(state)
+        self._optimizer_mode("train")
+
+    def _log(self, state: TrainerState) -> TrainerControl:
+        out = self.meter.flush(self.ctx, self.trainer.lr_scheduler.get_last_lr()[0])
+        if not out:
+            return self.events.control
+        logs = {**out["logs"], "epoch": round(state.epoch, 4), "step": state.global_step}
+        return self._record(state, logs, rank_stats=out["rank_stats"])
+
+    def _record(self, state: TrainerState, logs: dict, **extra) -> TrainerControl:
+        """HF's `log`: the record joins log_history (rank 0 keeps the history) and goes to on_log."""
         if self.ctx.is_main:
             state.log_history.append(logs)
-            self.emitter.emit("log", global_step=state.global_step, epoch=state.epoch, logs=logs)
+        return self.events.fire("log", logs=logs, **extra)
 
-    def _evaluate(self, state: TrainerState) -> dict:
+    def _evaluate(self, state: TrainerState) -> TrainerControl:
         trainer = self.trainer
+        self._optimizer_mode("eval")
         datasets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {None: trainer.eval_dataset}
         metrics = {}
         for name, dataset in datasets.items():
             prefix = "eval" if name is None else f"eval_{name}"
-            output = evaluation_loop(trainer, trainer.get_eval_dataloader(dataset),
-                                     metric_key_prefix=prefix)
+            output = evaluation_loop(trainer, trainer.get_eval_dataloader(dataset), metric_key_prefix=prefix,
+                                     on_step=self.events.emit)
             metrics.update(output.metrics)
+        self._optimizer_mode("train")
         metrics.update(epoch=round(state.epoch, 4), step=state.global_step)
         self._update_best(state, metrics)
-        if self.ctx.is_main:
-            state.log_history.append(metrics)
-            self.emitter.emit("evaluate", global_step=state.global_step, epoch=state.epoch, metrics=metrics)
-        return metrics
+        self._record(state, metrics)  # as in HF, evaluation metrics are logged, then on_evaluate
+        return self.events.fire("evaluate", metrics=metrics)
 
     def _update_best(self, state: TrainerState, metrics: dict):
         name = self.args.metric_for_best_model
@@ -271,6 +317,7 @@ class TrainLoop:
     # ------------------------------------------------------------------ the end
     def _finish(self, state: TrainerState, runtime: float, steps_run: int) -> Optional[dict]:
         trainer, args = self.trainer, self.args
+        self._optimizer_mode("eval")  # the weights a schedule-free optimizer evaluates with are the result
         if args.load_best_model_at_end and state.best_model_checkpoint:
             from ..checkpoint.model_io import load_into, load_model_state
 
@@ -283,78 +330,14 @@ class TrainLoop:
             "train_steps_per_second": round(steps_run / max(runtime, 1e-9), 3),
             "train_loss": train_loss, "epoch": round(state.epoch, 4),
         }
+        self._record(state, {**metrics, "step": state.global_step})
+        self.events.fire("train_end")
         if not self.ctx.is_main:
             return None
-        state.log_history.append({**metrics, "step": state.global_step})
-        self.emitter.emit("train_end", global_step=state.global_step, epoch=state.epoch, metrics=metrics)
         model_state = {k: v.detach().to("cpu", copy=True)
                        for k, v in trainer.strategy.model_state_dict(trainer.model_wrapped).items()}
         return {"state": state.to_json_string(), "model_state": model_state,
                 "train_output": TrainOutput(state.global_step, train_loss, metrics)}
-
-
-class Meter:
-    """Loss, samples and tokens since the last log. The loss stays on the device (no sync per step); the
-    counts come from the CPU batch, so they are plain numbers. Reduced over ranks only when logging."""
-
-    def __init__(self, device):
-        self.device = device
-        self.loss = torch.zeros((), dtype=torch.float64, device=device)
-        self.samples = self.tokens = self.steps = 0
-        self.total = [0.0, 0.0, 0.0]  # loss, samples, steps: all ranks, whole run
-        self.last_grad_norm = None
-        self.last_time = time.time()
-
-    def add_micro(self, loss, batch: dict, weight: float):
-        self.loss.add_(loss)
-        if weight:
-            samples, tokens = _batch_counts(batch)
-            self.samples += samples
-            self.tokens += tokens
-
-    def step_done(self, grad_norm):
-        self.steps += 1
-        self.last_grad_norm = grad_norm
-
-    def flush(self, ctx, learning_rate: float) -> dict:
-        packed = torch.stack([self.loss, *(torch.tensor(float(v), dtype=torch.float64, device=self.device)
-                                           for v in (self.samples, self.tokens, self.steps))])
-        loss_sum, samples, tokens, steps = ctx.all_reduce_sum(packed).tolist()
-        steps /= ctx.world_size
-        self.total = [self.total[0] + loss_sum, self.total[1] + samples, self.total[2] + steps]
-        self.loss.zero_()
-        self.samples = self.tokens = self.steps = 0
-        now = time.time()
-        elapsed, self.last_time = now - self.last_time, now
-        if steps == 0:
-            return {}
-        logs = {"loss": loss_sum / steps}
-        if self.last_grad_norm is not None:
-            logs["grad_norm"] = float(self.last_grad_norm)
-        logs["learning_rate"] = learning_rate
-        logs["train_samples_per_second"] = round(samples / max(elapsed, 1e-9), 3)
-        if tokens:
-            logs["train_tokens_per_second"] = round(tokens / max(elapsed, 1e-9), 3)
-        return logs
-
-    def totals(self, ctx) -> dict:
-        self.flush(ctx, 0.0)  # fold in what was not logged yet
-        loss_sum, samples, steps = self.total
-        return {"loss_sum": loss_sum, "samples": samples, "steps": steps}
-
-
-def _batch_counts(batch: dict):
-    """(samples, tokens) of a micro-batch; tokens are attention-mask ones, else input_ids elements."""
-    samples = 0
-    for value in batch.values():
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            samples = value.shape[0]
-            break
-    mask = batch.get("attention_mask")
-    if isinstance(mask, torch.Tensor):
-        return samples, int(mask.sum())
-    ids = batch.get("input_ids")
-    return samples, ids.numel() if isinstance(ids, torch.Tensor) else 0
 
 
 class _null:
