@@ -22,7 +22,7 @@ import time
 import warnings
 
 from .base import TrainerCallback
-from .reporters import missing_package
+from .reporters import missing_package, rank_metrics
 
 TRUE = ("1", "TRUE", "YES", "ON")
 AXIS_KEYS = ("step",)
@@ -44,6 +44,8 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 class MLflowCallback(TrainerCallback):
+    observes_only = True  # never changes control: the workers never wait for it
+
     def __init__(self):
         try:
             import mlflow
@@ -131,10 +133,10 @@ class MLflowCallback(TrainerCallback):
         self._in_train = True
         self.setup(args, state, model)
 
-    def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+    def on_log(self, args, state, control, logs=None, model=None, rank_stats=None, **kwargs):
         if self.run_id is None:
             self.setup(args, state, model)
-        self._log_metrics(logs, state.global_step)
+        self._log_metrics({**(logs or {}), **rank_metrics(rank_stats)}, state.global_step)
         if not self._in_train:  # trainer.evaluate() without train(): a run this callback started ends here
             self._end()
 

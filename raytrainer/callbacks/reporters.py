@@ -97,3 +97,14 @@ def reporter_callbacks(args) -> list:
     """One callback instance per name in `args.report_to` (already normalised by TrainingArguments)."""
     names: Optional[list] = getattr(args, "report_to", None)
     return [reporter_class(name)() for name in normalise_report_to(names)]
+
+
+def rank_metrics(rank_stats) -> dict:
+    """Per-rank figures of a log record (`on_log(rank_stats=...)`) as flat metrics: `rank1/data_wait_s`, ...
+    so a straggler shows as one curve apart from the others."""
+    out = {}
+    for figures in rank_stats or []:
+        rank = figures.get("rank")
+        out.update({f"rank{rank}/{k}": v for k, v in figures.items()
+                    if k != "rank" and isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return out

@@ -19,18 +19,20 @@ import warnings
 
 from ..checkpoint import storage
 from .base import TrainerCallback
-from .reporters import missing_package
+from .reporters import missing_package, rank_metrics
 
 AXIS_KEYS = ("step",)  # the x axis, not a curve
 
 
 def rewrite_logs(logs: dict) -> dict:
-    """HF's tag names: eval_x -> eval/x, test_x -> test/x, everything else train/x."""
+    """HF's tag names: eval_x -> eval/x, test_x -> test/x, everything else train/x (ours: rankN/x stays)."""
     out = {}
     for key, value in logs.items():
         if key in AXIS_KEYS:
             continue
-        if key.startswith("eval_"):
+        if key.startswith("rank") and "/" in key:
+            out[key] = value
+        elif key.startswith("eval_"):
             out["eval/" + key[len("eval_"):]] = value
         elif key.startswith("test_"):
             out["test/" + key[len("test_"):]] = value
@@ -40,6 +42,8 @@ def rewrite_logs(logs: dict) -> dict:
 
 
 class TensorBoardCallback(TrainerCallback):
+    observes_only = True  # never changes control: the workers never wait for it
+
     def __init__(self, tb_writer=None, upload_interval_s: float = 30.0):
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -118,10 +122,10 @@ class TensorBoardCallback(TrainerCallback):
         if config is not None and hasattr(config, "to_json_string"):
             self.tb_writer.add_text("model_config", config.to_json_string())
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(self, args, state, control, logs=None, rank_stats=None, **kwargs):
         if self.tb_writer is None:
             self._open(args)
-        self._scalars(logs, state.global_step)
+        self._scalars({**(logs or {}), **rank_metrics(rank_stats)}, state.global_step)
         if not self._in_train:  # trainer.evaluate() / predict() after training: write it out now
             self._close()
 

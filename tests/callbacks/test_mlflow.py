@@ -64,6 +64,7 @@ def test_run_holds_metrics_per_step_and_params(tmp_path, store):
     assert sorted(history(store, run.info.run_id, "loss")) == [2, 4, 6]
     assert sorted(history(store, run.info.run_id, "eval_loss")) == [3, 6]
     assert "step" not in run.data.metrics  # the x axis
+    assert sorted(history(store, run.info.run_id, "rank0/step_time_s")) == [2, 4, 6]  # per-rank figures
     params = run.data.params
     assert params["learning_rate"] == "0.01" and params["max_steps"] == "6" and params["optim"] == "adamw_torch"
     assert "s3cr3t" not in json.dumps(params) and "<redacted>" in params["storage_options"]

@@ -62,7 +62,11 @@ def test_two_ray_workers_write_one_event_file_from_the_driver(tmp_path, ray_sess
     logdir = str(tmp_path / "tb")
     trainer = train(tmp_path, num_workers=2, logging_dir=logdir)
     assert len(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))) == 1
-    check_against_log_history(read(logdir), trainer)
+    acc = read(logdir)
+    check_against_log_history(acc, trainer)
+    for rank in (0, 1):  # per-rank figures, so a straggler shows as a curve apart
+        assert sorted(scalars(acc, f"rank{rank}/data_wait_s")) == [1, 2, 3, 4, 5, 6]
+        assert sorted(scalars(acc, f"rank{rank}/step_time_s")) == [1, 2, 3, 4, 5, 6]
 
 
 def test_s3_logging_dir_in_process(tmp_path, s3_server, s3_bucket):
