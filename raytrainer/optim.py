@@ -83,6 +83,18 @@ _FROM_ARGS = {"lr": "learning_rate", "betas": "adam_beta1/adam_beta2", "eps": "a
               "weight_decay": "weight_decay", "warmup_steps": "warmup_steps", "fused": "optim='adamw_torch_fused'"}
 
 
+def _set_from_args(optim: str) -> set:
+    """The optimizer arguments create_optimizer sets from TrainingArguments' fields, for this optimizer."""
+    keys = {"lr", "weight_decay"}
+    if optim.startswith("adamw") or optim in ("schedule_free_adamw", "schedule_free_radam"):
+        keys |= {"betas", "eps"}
+    if optim == "adamw_torch_fused":
+        keys.add("fused")
+    if optim in ("schedule_free_adamw", "schedule_free_sgd"):
+        keys.add("warmup_steps")
+    return keys
+
+
 def is_schedule_free(optim: str) -> bool:
     return optim in SCHEDULE_FREE
 
@@ -124,7 +136,14 @@ def parse_optim_args(text: str | None) -> dict[str, str]:
 
 
 def _convert(optim: str, key: str, value: str, default):
-    """A string from optim_args as the type of the optimizer's default for that argument."""
+    """A string from optim_args as the type of the optimizer's default for that argument; a tuple default takes
+    ':'-separated items (`eps=None:1e-3`)."""
+    if isinstance(default, tuple):
+        items = value.split(":")
+        if len(items) != len(default):
+            raise ConfigError(f"optim_args: {key}={value!r} for optim={optim!r} needs {len(default)} values "
+                              f"separated by ':' (default: {':'.join(map(str, default))}).")
+        return tuple(None if item == "None" else _convert(optim, key, item, d) for item, d in zip(items, default))
     lowered = value.lower()
     if isinstance(default, bool) or (default is None and lowered in ("true", "false")):
         if lowered not in ("true", "false", "1", "0", "yes", "no"):
@@ -147,11 +166,12 @@ def optim_kwargs(args: TrainingArguments, cls: type | None = None) -> dict:
         return {}
     cls = cls or optimizer_class(args.optim)
     params = inspect.signature(cls.__init__).parameters
-    accepted = [n for n, p in params.items() if n not in ("self", "params") and n not in _FROM_ARGS
+    from_args = _set_from_args(args.optim)
+    accepted = [n for n, p in params.items() if n not in ("self", "params") and n not in from_args
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     out = {}
     for key, value in given.items():
-        if key in _FROM_ARGS:
+        if key in from_args:
             raise ConfigError(f"optim_args sets {key!r}, which comes from TrainingArguments: set "
                               f"{_FROM_ARGS[key]} instead.")
         if key not in accepted:
@@ -197,7 +217,7 @@ def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.O
     # for RAdam, which needs none). A warm-up ratio is resolved in create_scheduler, once the length is known.
     kwargs = {"lr": lr, **({} if args.optim == "schedule_free_sgd" else adam), **extra}
     if args.optim != "schedule_free_radam":
-        kwargs["warmup_steps"] = int(args.warmup_steps) if args.warmup_steps >= 1 or args.warmup_steps == 0 else 0
+        kwargs["warmup_steps"] = 0 if 0 < args.warmup_steps < 1 else int(args.warmup_steps)
     optimizer = cls(groups, **kwargs)
     optimizer.train()  # it refuses to step in eval mode, which is where it starts
     return optimizer
@@ -274,7 +294,8 @@ def create_scheduler(optimizer: torch.optim.Optimizer, args: TrainingArguments,
             group["warmup_steps"] = warmup
 
     if name == "constant":
-        if warmup > 0 and not is_schedule_free(args.optim):  # HF ignores warmup here too; say so instead of surprising the user
+        # HF ignores warmup here too; say so instead of surprising the user (schedule-free: the optimizer uses it).
+        if warmup > 0 and not is_schedule_free(args.optim):
             warnings.warn("lr_scheduler_type='constant' ignores warmup_steps; use 'constant_with_warmup'.",
                           stacklevel=2)
         lr_lambda = _constant

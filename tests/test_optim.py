@@ -279,3 +279,11 @@ def test_schedule_free_adamw_trains_and_resumes_exactly(tmp_path):
     assert resumed.state.global_step == 24
     assert_same_weights(weights(resumed.model), weights(full.model), atol=1e-6)
     assert [h["loss"] for h in resumed.state.log_history if "loss" in h] == pytest.approx(losses, rel=1e-6)
+
+
+def test_optim_args_tuples_and_names_that_args_set_only_for_adam():
+    # adam_epsilon is Adam's: Adafactor's own eps pair comes through optim_args (tuples as 'a:b').
+    opt = create_optimizer(Tiny(), TrainingArguments(optim="adafactor", optim_args="eps=None:1e-2,beta2_decay=-0.5"))
+    assert opt.defaults["beta2_decay"] == -0.5 and opt.defaults["eps"] == (None, 1e-2)
+    with pytest.raises(ConfigError, match="2 values"):
+        TrainingArguments(optim="adafactor", optim_args="eps=1e-3")
