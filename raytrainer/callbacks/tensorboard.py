@@ -117,6 +117,8 @@ class TensorBoardCallback(TrainerCallback):
             return  # already open (an event may reach us once per rank on older drivers)
         self._in_train = True
         self._open(args)
+        if state.global_step > 0:  # resumed: an earlier run may have logged past this checkpoint in this directory
+            self._purge_from(state.global_step + 1)
         self.tb_writer.add_text("args", args.to_json_string())  # secrets are redacted by to_json_string
         config = getattr(model, "config", None)
         if config is not None and hasattr(config, "to_json_string"):
@@ -134,15 +136,16 @@ class TensorBoardCallback(TrainerCallback):
         self.on_log(args, state, control, logs=metrics)
 
     def on_restart(self, args, state, control, **kwargs):
-        if self.tb_writer is None:
-            return
+        if self.tb_writer is not None:  # steps after the checkpoint are replayed
+            self._purge_from(state.global_step + 1)
+
+    def _purge_from(self, step: int):
+        """TensorBoard hides points at or after `step` written before this SessionLog START (torch's
+        SummaryWriter(purge_step=...) writes the same event, but only when it opens its file)."""
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
-        # Steps after the checkpoint are replayed: TensorBoard purges points at or after this START.
-        first_replayed = state.global_step + 1
-        self.tb_writer._get_file_writer().add_event(
-            Event(step=first_replayed, session_log=SessionLog(status=SessionLog.START)))
-        self._written = {(s, t) for s, t in self._written if s < first_replayed}
+        self.tb_writer._get_file_writer().add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
+        self._written = {(s, t) for s, t in self._written if s < step}
 
     def on_save(self, args, state, control, **kwargs):
         if self.tb_writer is not None:

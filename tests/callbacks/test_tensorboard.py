@@ -104,7 +104,8 @@ def test_replayed_steps_after_a_restart_replace_the_stale_points(tmp_path):
         state.global_step = step
         cb.on_log(args, state, control, logs={"loss": 20.0 + step})
     cb.on_train_end(args, state, control)
-    assert scalars(read(str(tmp_path / "tb")), "train/loss") == {1: 11.0, 2: 12.0, 3: 23.0, 4: 24.0, 5: 25.0}
+    points = [(e.step, e.value) for e in read(str(tmp_path / "tb")).Scalars("train/loss")]
+    assert points == [(1, 11.0), (2, 12.0), (3, 23.0), (4, 24.0), (5, 25.0)]  # no stale point left
 
 
 def test_an_unreachable_logging_dir_warns_and_training_goes_on(tmp_path):
@@ -123,3 +124,24 @@ def test_an_unreachable_logging_dir_warns_and_training_goes_on(tmp_path):
     assert len(record) == 2
     for warning in record:
         assert "s3cr3t" not in str(warning.message) and "AKIAEXAMPLE" not in str(warning.message)
+
+
+def test_a_resumed_run_hides_what_an_earlier_run_logged_after_its_checkpoint(tmp_path):
+    """The driver died at step 4 after checkpoint-2; the rerun logs 3.. again into the same logging_dir."""
+    from raytrainer.state import TrainerControl, TrainerState
+
+    args = TrainingArguments(output_dir=str(tmp_path), logging_dir=str(tmp_path / "tb"))
+    first, state = TensorBoardCallback(), TrainerState()
+    first.on_train_begin(args, state, TrainerControl())
+    for step in (1, 2, 3, 4):
+        state.global_step = step
+        first.on_log(args, state, TrainerControl(), logs={"loss": 10.0 + step})
+    first.tb_writer.flush()  # killed: never closed
+    second, state = TensorBoardCallback(), TrainerState(global_step=2)
+    second.on_train_begin(args, state, TrainerControl())
+    for step in (3, 4):
+        state.global_step = step
+        second.on_log(args, state, TrainerControl(), logs={"loss": 20.0 + step})
+    second.on_train_end(args, state, TrainerControl())
+    points = [(e.step, e.value) for e in read(str(tmp_path / "tb")).Scalars("train/loss")]
+    assert points == [(1, 11.0), (2, 12.0), (3, 23.0), (4, 24.0)]  # no stale point left
