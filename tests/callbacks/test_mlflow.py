@@ -42,7 +42,10 @@ def train(tmp_path, **overrides):
 
 
 def history(client, run_id, key):
-    return {m.step: m.value for m in client.get_metric_history(run_id, key)}
+    points = client.get_metric_history(run_id, key)
+    steps = [m.step for m in points]
+    assert len(steps) == len(set(steps)), f"{key} logged twice at a step: {steps}"
+    return {m.step: m.value for m in points}
 
 
 def only_run(client):

@@ -22,7 +22,10 @@ def read(logdir: str) -> EventAccumulator:
 
 
 def scalars(acc: EventAccumulator, tag: str) -> dict:
-    return {e.step: e.value for e in acc.Scalars(tag)}
+    points = acc.Scalars(tag)
+    steps = [e.step for e in points]
+    assert len(steps) == len(set(steps)), f"{tag} written twice at a step: {steps}"
+    return {e.step: e.value for e in points}
 
 
 def train(tmp_path, num_workers=0, **overrides):
