@@ -85,14 +85,15 @@ def test_needs_a_metric_and_evaluations():
         EarlyStoppingCallback(0)
 
 
-def _stopping_run(tmp_path, num_workers):
+
+def test_stops_the_run_in_process(tmp_path):
     from raytrainer import Trainer
     from raytrainer.checkpoint.listing import list_checkpoints
     from tests.models import TokenData, make_model
 
     # A learning rate so small that the eval loss moves by far less than the threshold: no evaluation after
     # the first improves it, so patience 2 stops the run at the third evaluation (step 6 of 20).
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), num_workers=num_workers, per_device_train_batch_size=4,
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), num_workers=0, per_device_train_batch_size=4,
                              max_steps=20, learning_rate=1e-9, optim="adamw_torch", eval_strategy="steps",
                              eval_steps=2, save_steps=2, load_best_model_at_end=True, logging_steps=2,
                              disable_tqdm=True)
@@ -102,12 +103,3 @@ def _stopping_run(tmp_path, num_workers):
     assert output.global_step == trainer.state.global_step == 6
     assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [2, 4, 6]
     assert {c.step: c.committed for c in list_checkpoints(args.output_dir)} == {2: True, 4: True, 6: True}
-    return trainer
-
-
-def test_stops_the_run_in_process(tmp_path):
-    _stopping_run(tmp_path, num_workers=0)
-
-
-def test_stops_every_rank_at_the_same_step(tmp_path, ray_session):
-    _stopping_run(tmp_path, num_workers=2)
