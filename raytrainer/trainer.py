@@ -16,6 +16,7 @@ from . import preflight
 from .args import TrainingArguments
 from .callbacks.base import CallbackHandler, TrainerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
+from .callbacks.reporters import reporter_callbacks
 from .checkpoint import storage
 from .checkpoint.listing import newest_committed
 from .checkpoint.manifest import is_committed
@@ -58,6 +59,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         self.strategy = None
         progress = PrinterCallback if self.args.disable_tqdm else ProgressCallback
         self.callback_handler = CallbackHandler([progress()], self.args, self.state)
+        for reporter in reporter_callbacks(self.args):  # report_to: tensorboard, mlflow, ...
+            self.add_callback(reporter)
         for callback in callbacks or []:
             self.add_callback(callback)
         self.callback_handler.context = {"model": model, "processing_class": processing_class}
