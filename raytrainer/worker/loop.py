@@ -33,6 +33,7 @@ import torch
 from ..checkpoint.manager import CheckpointManager
 from ..data.columns import count_label_items
 from ..data.sampler import DistributedBatchSampler
+from ..optim import optimizer_eval_mode, optimizer_train_mode
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from .evaluation import evaluation_loop
@@ -230,9 +231,7 @@ class TrainLoop:
 
     def _optimizer_mode(self, mode: str):
         """Schedule-free optimizers keep train and eval weights: evaluate and save with the eval ones (as HF)."""
-        switch = getattr(self.trainer.optimizer, mode, None)
-        if callable(switch):
-            switch()
+        (optimizer_train_mode if mode == "train" else optimizer_eval_mode)(self.trainer.optimizer)
 
     # ------------------------------------------------------------------ when due: log, evaluate, save
     def _maybe_log_evaluate_save(self, state: TrainerState, control: TrainerControl) -> TrainerControl:
