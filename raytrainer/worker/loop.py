@@ -133,7 +133,8 @@ class TrainLoop:
         self._optimizer_mode("train")
         with neftune(trainer.model, self.args.neftune_noise_alpha):
             control = self.events.fire("train_begin", max_steps=state.max_steps,
-                                       num_train_epochs=state.num_train_epochs, world_size=ctx.world_size)
+                                       num_train_epochs=state.num_train_epochs, world_size=ctx.world_size,
+                                       best_metric=state.best_metric, best_global_step=state.best_global_step)
             if self.args.eval_on_start and state.global_step == 0:
                 control = self._evaluate(state)
             while (not control.should_training_stop and state.global_step < state.max_steps
