@@ -25,7 +25,7 @@ from .coordinator import cluster, launcher
 from .errors import ConfigError, StorageError
 from .results import ResultsMixin
 from .state import PredictionOutput, TrainerState, TrainOutput
-from .verbosity import worker_level
+from .verbosity import quiet_driver, worker_level
 from .worker.context import WorkerContext
 from .worker.hooks import WorkerHooks
 
@@ -43,6 +43,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         self.args = args if args is not None else TrainingArguments()
+        quiet_driver(self.args)
         self.model = model
         self.model_init = model_init
         self.data_collator = data_collator

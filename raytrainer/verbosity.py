@@ -2,7 +2,7 @@
 chatter lowered. One switch brings everything back: `log_level="debug"` or `RAYTRAINER_VERBOSE=1`.
 
 What is lowered, and where:
-- driver: Ray's token-authentication notice (token authentication itself stays on);
+- driver: Ray's token-authentication notice (token authentication itself stays on), MLflow's set-up lines;
 - Ray Train's controller and worker lines (resource requests, worker-group start, process-group set-up):
   WARNING through Ray Train's own `LoggingConfig` in the run's `RunConfig`;
 - lines Ray forwards from its own processes that say nothing about the user's run: the core-worker notice
@@ -30,10 +30,17 @@ def verbose(args=None) -> bool:
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0") or getattr(args, "log_level", None) == "debug"
 
 
-def quiet_driver():
-    """Lower the driver-side notices of `ray.init` (called just before it)."""
-    if not verbose():
-        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+# Driver-side loggers whose INFO lines are notices, not results: Ray's token-authentication notice (the
+# authentication stays on), MLflow's and its store's set-up messages.
+QUIET_DRIVER_LOGGERS = {"ray._private.authentication.authentication_token_setup": logging.ERROR,
+                        "mlflow": logging.WARNING, "alembic": logging.WARNING}
+
+
+def quiet_driver(args=None):
+    """Lower the driver-side notices (before `ray.init`, and when a Trainer is built)."""
+    if not verbose(args):
+        for name, level in QUIET_DRIVER_LOGGERS.items():
+            logging.getLogger(name).setLevel(level)
 
 
 # Lines of Ray's own processes that the driver drops unless verbose (matched against each forwarded line).
