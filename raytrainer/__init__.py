@@ -8,7 +8,9 @@
 from .args import TrainingArguments
 from .argparser import ArgumentParser
 from .callbacks.base import TrainerCallback
+from .callbacks.early_stopping import EarlyStoppingCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
+from .callbacks.reporters import register_reporter
 from .data.collator import DefaultCollator
 from .errors import ConfigError, StorageError
 from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
@@ -17,7 +19,7 @@ from .trainer import Trainer
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentParser", "ConfigError", "DefaultCollator", "EvalPrediction", "PredictionOutput", "PrinterCallback",
-    "ProgressCallback", "StorageError", "Trainer", "TrainerCallback", "TrainerControl", "TrainerState",
-    "TrainingArguments", "TrainOutput",
+    "ArgumentParser", "ConfigError", "DefaultCollator", "EarlyStoppingCallback", "EvalPrediction",
+    "PredictionOutput", "PrinterCallback", "ProgressCallback", "StorageError", "Trainer", "TrainerCallback",
+    "TrainerControl", "TrainerState", "TrainingArguments", "TrainOutput", "register_reporter",
 ]

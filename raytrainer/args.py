@@ -9,14 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .checkpoint.storage import absolute_if_local
+from .checkpoint.storage import absolute_if_local, join
 from .errors import ConfigError
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_free_adamw", "schedule_free_sgd",
+              "schedule_free_radam")
 INTERVALS = ("no", "steps", "epoch")
 SAVE_INTERVALS = ("no", "steps", "epoch", "best")
 STRATEGIES = ("ddp",)
@@ -26,7 +29,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 RAY_FIELDS = (
     "num_workers", "use_gpu", "resources_per_worker", "strategy", "max_failures", "ray_address",
     "storage_options", "save_async", "allow_local_output_dir_on_multinode",
+    "logging_dir",  # HF 4's name (HF 5 reads TENSORBOARD_LOGGING_DIR instead); kept, since scripts still pass it
 )
+
+
+def default_logdir() -> str:
+    """HF's (and torch's) TensorBoard default, relative to output_dir: runs/<Mon-dd_HH-MM-SS>_<host>."""
+    from datetime import datetime
+
+    return "runs/" + datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname()
 
 
 def _help(text: str, **kw) -> Any:
@@ -84,7 +95,8 @@ class TrainingArguments:
         default=None)
     log_level: str = _help(f"Log level of the main process: {', '.join(LOG_LEVELS)}. 'debug' also shows "
                            "Ray's and the libraries' own messages (or set RAYTRAINER_VERBOSE=1).", default="passive")
-    log_level_replica: str = _help("Log level of the other workers (same choices).", default="warning")
+    log_level_replica: str = _help("Log level of the other workers (same choices). 'error' by default: they "
+                                   "would repeat rank 0's warnings once per worker.", default="error")
 
     # --- saving (checkpoints) ---
     save_strategy: str = _help("When to save a checkpoint: no, steps, epoch, best.", default="steps")
@@ -134,6 +146,17 @@ class TrainingArguments:
         "Accept a local output_dir on a multi-node cluster (only if that path is shared storage, e.g. NFS).",
         default=False)
 
+    # --- reporting and optimizer options (issue 8) ---
+    report_to: Optional[Union[list[str], str]] = _help(
+        "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow' "
+        "and those added with register_reporter().", default="none")
+    logging_dir: Optional[str] = _help(
+        "TensorBoard log directory, local or a URL (s3://...). Default: TENSORBOARD_LOGGING_DIR, else "
+        "<output_dir>/runs/<time>_<host>.", default=None)
+    optim_args: Optional[str] = _help(
+        "Extra optimizer arguments as 'key=value,key=value' (e.g. 'momentum=0.9,nesterov=True' for sgd, "
+        "'r=0.5,weight_lr_power=2' for schedule_free_*).", default=None)
+
     def __post_init__(self):
         if self.output_dir is None:
             self.output_dir = "trainer_output"
@@ -152,6 +175,7 @@ class TrainingArguments:
             raise ConfigError(f"lr_scheduler_kwargs={self.lr_scheduler_kwargs!r} must be a dict (or a JSON object).")
         if isinstance(self.label_names, str):
             self.label_names = [self.label_names]
+        self._resolve_reporting()
         if self.eval_steps is None and self.eval_strategy == "steps":
             self.eval_steps = self.logging_steps
         # HF's order: default the metric first, then derive greater_is_better only if the user left it unset.
@@ -183,6 +207,9 @@ class TrainingArguments:
         if int(self.max_steps) != self.max_steps:
             raise ConfigError(f"max_steps={self.max_steps!r} must be an integer (-1 to train by epochs).")
         self._one_of("optim", OPTIMIZERS)
+        from .optim import check_optimizer  # lazily: optim.py imports this module
+
+        check_optimizer(self)
         self._one_of("lr_scheduler_type", SCHEDULERS)
         self._one_of("logging_strategy", INTERVALS)
         self._one_of("eval_strategy", INTERVALS)
@@ -241,6 +268,14 @@ class TrainingArguments:
         self._one_of("log_level_replica", LOG_LEVELS)
         if self.label_names is not None and not all(isinstance(n, str) for n in self.label_names):
             raise ConfigError(f"label_names={self.label_names!r} must be a list of column names.")
+
+    def _resolve_reporting(self):
+        from .callbacks.reporters import normalise_report_to  # lazily: the callbacks layer sits above this one
+
+        self.report_to = normalise_report_to(self.report_to)
+        if self.logging_dir is None:
+            self.logging_dir = os.environ.get("TENSORBOARD_LOGGING_DIR") or join(self.output_dir, default_logdir())
+        self.logging_dir = absolute_if_local(os.path.expanduser(str(self.logging_dir)))
 
     def _one_of(self, name: str, allowed: tuple):
         value = getattr(self, name)

@@ -7,6 +7,8 @@ into checkpoints and shipped to Ray actors, and a closure or lambda would not su
 from __future__ import annotations
 
 import functools
+import importlib.util
+import inspect
 import math
 import re
 import warnings
@@ -72,11 +74,135 @@ def _fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------- optimizer classes and their options
+SCHEDULE_FREE = ("schedule_free_adamw", "schedule_free_sgd", "schedule_free_radam")
+_SCHEDULE_FREE_CLASSES = {"schedule_free_adamw": "AdamWScheduleFree", "schedule_free_sgd": "SGDScheduleFree",
+                          "schedule_free_radam": "RAdamScheduleFree"}
+# Set from TrainingArguments' own fields; optim_args may not override them (one place for each value).
+_FROM_ARGS = {"lr": "learning_rate", "betas": "adam_beta1/adam_beta2", "eps": "adam_epsilon",
+              "weight_decay": "weight_decay", "warmup_steps": "warmup_steps", "fused": "optim='adamw_torch_fused'"}
+
+
+def _set_from_args(optim: str) -> set:
+    """The optimizer arguments create_optimizer sets from TrainingArguments' fields, for this optimizer."""
+    keys = {"lr", "weight_decay"}
+    if optim.startswith("adamw") or optim in ("schedule_free_adamw", "schedule_free_radam"):
+        keys |= {"betas", "eps"}
+    if optim == "adamw_torch_fused":
+        keys.add("fused")
+    if optim in ("schedule_free_adamw", "schedule_free_sgd"):
+        keys.add("warmup_steps")
+    return keys
+
+
+def is_schedule_free(optim: str) -> bool:
+    return optim in SCHEDULE_FREE
+
+
+def optimizer_class(optim: str) -> type:
+    """The optimizer class behind an `optim` name; schedulefree is imported only when asked for."""
+    if optim in ("adamw_torch", "adamw_torch_fused"):
+        return torch.optim.AdamW
+    if optim == "sgd":
+        return torch.optim.SGD
+    if optim == "adafactor":
+        return torch.optim.Adafactor
+    if optim in SCHEDULE_FREE:
+        try:
+            import schedulefree
+        except ImportError:
+            raise _schedulefree_missing(optim) from None
+        return getattr(schedulefree, _SCHEDULE_FREE_CLASSES[optim])
+    raise ConfigError(f"optim={optim!r} is not supported.")  # TrainingArguments already rejects this
+
+
+def _schedulefree_missing(optim: str) -> ConfigError:
+    return ConfigError(f"optim={optim!r} needs the 'schedulefree' package, which is not installed: "
+                       'pip install "raytrainer[schedulefree]".')
+
+
+def parse_optim_args(text: str | None) -> dict[str, str]:
+    """HF's format: 'key=value,key=value' (spaces ignored) -> {key: value}, values still strings."""
+    if not text:
+        return {}
+    out = {}
+    for item in text.replace(" ", "").split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key or "=" in value:
+            raise ConfigError(f"optim_args={text!r}: {item!r} is not 'key=value'; write e.g. "
+                              "'momentum=0.9,nesterov=True'.")
+        out[key] = value
+    return out
+
+
+def _convert(optim: str, key: str, value: str, default):
+    """A string from optim_args as the type of the optimizer's default for that argument; a tuple default takes
+    ':'-separated items (`eps=None:1e-3`)."""
+    if isinstance(default, tuple):
+        items = value.split(":")
+        if len(items) != len(default):
+            raise ConfigError(f"optim_args: {key}={value!r} for optim={optim!r} needs {len(default)} values "
+                              f"separated by ':' (default: {':'.join(map(str, default))}).")
+        return tuple(None if item == "None" else _convert(optim, key, item, d) for item, d in zip(items, default))
+    lowered = value.lower()
+    if isinstance(default, bool) or (default is None and lowered in ("true", "false")):
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"optim_args: {key}={value!r} for optim={optim!r} must be true or false.")
+        return lowered in ("true", "1", "yes")
+    for kind in ((int, float) if isinstance(default, int) or default is None else (float,)):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    if isinstance(default, (int, float)):
+        raise ConfigError(f"optim_args: {key}={value!r} for optim={optim!r} must be a number.")
+    return value
+
+
+def optim_kwargs(args: TrainingArguments, cls: type | None = None) -> dict:
+    """`args.optim_args` as keyword arguments of the optimizer, each checked against its signature."""
+    given = parse_optim_args(args.optim_args)
+    if not given:
+        return {}
+    cls = cls or optimizer_class(args.optim)
+    params = inspect.signature(cls.__init__).parameters
+    from_args = _set_from_args(args.optim)
+    accepted = [n for n, p in params.items() if n not in ("self", "params") and n not in from_args
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    out = {}
+    for key, value in given.items():
+        if key in from_args:
+            raise ConfigError(f"optim_args sets {key!r}, which comes from TrainingArguments: set "
+                              f"{_FROM_ARGS[key]} instead.")
+        if key not in accepted:
+            raise ConfigError(f"optim_args: {key!r} is not an argument of {cls.__name__} (optim={args.optim!r}); "
+                              f"accepted: {', '.join(accepted)}.")
+        out[key] = _convert(args.optim, key, value, params[key].default)
+    return out
+
+
+def check_optimizer(args: TrainingArguments) -> None:
+    """At TrainingArguments construction: the optimizer's package is installed and optim_args fit it."""
+    if is_schedule_free(args.optim):
+        if importlib.util.find_spec("schedulefree") is None:
+            raise _schedulefree_missing(args.optim)
+        if args.lr_scheduler_type != "constant":
+            # HF builds both without a word; the decay then runs on top of schedule-free averaging, and a
+            # scheduler warm-up multiplies the optimizer's own.
+            warnings.warn(f"optim={args.optim!r} needs no learning-rate schedule and does its own warm-up "
+                          f"(warmup_steps); lr_scheduler_type={args.lr_scheduler_type!r} is applied on top. "
+                          "Set lr_scheduler_type='constant' as the schedulefree authors recommend.", stacklevel=4)
+    optim_kwargs(args)
+
+
 def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
     groups = _param_groups(model, args.weight_decay)
     lr = args.learning_rate
+    cls = optimizer_class(args.optim)
+    extra = optim_kwargs(args, cls)
+    adam = {"betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
     if args.optim in ("adamw_torch", "adamw_torch_fused"):
-        kwargs = {"lr": lr, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
+        kwargs = {"lr": lr, **adam, **extra}
         if args.optim == "adamw_torch_fused":
             reason = _fused_adamw_unsupported([p for g in groups for p in g["params"]])
             if reason is None:
@@ -84,12 +210,31 @@ def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.O
             else:
                 warnings.warn(f"optim='adamw_torch_fused' is not supported for these parameters ({reason}); "
                               "using the non-fused torch.optim.AdamW instead.", stacklevel=2)
-        return torch.optim.AdamW(groups, **kwargs)
-    if args.optim == "sgd":
-        return torch.optim.SGD(groups, lr=lr)
-    if args.optim == "adafactor":
-        return torch.optim.Adafactor(groups, lr=lr)
-    raise ConfigError(f"optim={args.optim!r} is not supported.")  # TrainingArguments already rejects this
+        return cls(groups, **kwargs)
+    if args.optim in ("sgd", "adafactor"):
+        return cls(groups, lr=lr, **extra)
+    # Schedule-free, with HF's arguments: Adam's betas/eps (not for SGD), warm-up inside the optimizer (not
+    # for RAdam, which needs none). A warm-up ratio is resolved in create_scheduler, once the length is known.
+    kwargs = {"lr": lr, **({} if args.optim == "schedule_free_sgd" else adam), **extra}
+    if args.optim != "schedule_free_radam":
+        kwargs["warmup_steps"] = 0 if 0 < args.warmup_steps < 1 else int(args.warmup_steps)
+    optimizer = cls(groups, **kwargs)
+    optimizer.train()  # it refuses to step in eval mode, which is where it starts
+    return optimizer
+
+
+def optimizer_train_mode(optimizer) -> None:
+    """Before training steps: a schedule-free optimizer moves the weights to its training point (y).
+    A no-op for other optimizers (and when already in train mode)."""
+    if callable(getattr(optimizer, "train", None)):
+        optimizer.train()
+
+
+def optimizer_eval_mode(optimizer) -> None:
+    """Before evaluation, saving and returning the final model: a schedule-free optimizer moves the weights to
+    their averaged point (x), the one to evaluate and keep. A no-op for other optimizers."""
+    if callable(getattr(optimizer, "eval", None)):
+        optimizer.eval()
 
 
 # ---------------------------------------------------------------------- schedules (factors of the initial lr)
@@ -144,9 +289,13 @@ def create_scheduler(optimizer: torch.optim.Optimizer, args: TrainingArguments,
                           f"(accepted: {accepted}).")
     extra = {**SCHEDULER_KWARGS[name], **given}
     warmup = args.get_warmup_steps(num_training_steps)
+    if is_schedule_free(args.optim) and args.optim != "schedule_free_radam":
+        for group in optimizer.param_groups:  # a ratio needed the run's length, known only now
+            group["warmup_steps"] = warmup
 
     if name == "constant":
-        if warmup > 0:  # HF ignores warmup here too; say so instead of surprising the user
+        # HF ignores warmup here too; say so instead of surprising the user (schedule-free: the optimizer uses it).
+        if warmup > 0 and not is_schedule_free(args.optim):
             warnings.warn("lr_scheduler_type='constant' ignores warmup_steps; use 'constant_with_warmup'.",
                           stacklevel=2)
         lr_lambda = _constant

@@ -39,6 +39,13 @@ def check_inputs(trainer, training: bool):
     if args.eval_strategy != "no" and trainer.eval_dataset is None:
         raise ConfigError(f"eval_strategy={args.eval_strategy!r} needs an eval_dataset: pass "
                           "Trainer(eval_dataset=...) or set eval_strategy='no'.")
+    if training and args.neftune_noise_alpha is not None and trainer.model is not None:
+        from .worker.neftune import input_embeddings
+
+        try:
+            input_embeddings(trainer.model)
+        except ValueError as exc:
+            raise ConfigError(f"{exc} Set neftune_noise_alpha=None.") from None
     evals = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
     for key, dataset in evals.items():
         check_dataset(dataset, f"eval_dataset[{key!r}]" if key else "eval_dataset")

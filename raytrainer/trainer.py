@@ -16,6 +16,7 @@ from . import preflight
 from .args import TrainingArguments
 from .callbacks.base import CallbackHandler, TrainerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
+from .callbacks.reporters import reporter_callbacks
 from .checkpoint import storage
 from .checkpoint.listing import newest_committed
 from .checkpoint.manifest import is_committed
@@ -24,6 +25,7 @@ from .coordinator import cluster, launcher
 from .errors import ConfigError, StorageError
 from .results import ResultsMixin
 from .state import PredictionOutput, TrainerState, TrainOutput
+from .verbosity import quiet_driver, worker_level
 from .worker.context import WorkerContext
 from .worker.hooks import WorkerHooks
 
@@ -41,6 +43,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         self.args = args if args is not None else TrainingArguments()
+        quiet_driver(self.args)
         self.model = model
         self.model_init = model_init
         self.data_collator = data_collator
@@ -57,6 +60,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         self.strategy = None
         progress = PrinterCallback if self.args.disable_tqdm else ProgressCallback
         self.callback_handler = CallbackHandler([progress()], self.args, self.state)
+        for reporter in reporter_callbacks(self.args):  # report_to: tensorboard, mlflow, ...
+            self.add_callback(reporter)
         for callback in callbacks or []:
             self.add_callback(callback)
         self.callback_handler.context = {"model": model, "processing_class": processing_class}
@@ -197,7 +202,9 @@ class Trainer(ResultsMixin, WorkerHooks):
 
     def _run(self, job: dict, run_name: str) -> Any:
         handler = self.callback_handler
-        job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks}
+        job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks,
+               "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
+                              "replica": worker_level(self.args, 1, driver_ran_model=True)}}
         payload = preflight.serialise(self)
         use_gpu = self._use_gpu()
         if self.args.num_workers == 0:

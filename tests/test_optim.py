@@ -1,4 +1,5 @@
 import pickle
+import re
 import warnings
 
 import pytest
@@ -153,3 +154,136 @@ def test_scheduler_pickles_and_resumes(name):
     fresh = create_scheduler(create_optimizer(nn.Linear(2, 2), args), args, 20)
     fresh.load_state_dict(state)
     assert _lrs(fresh, 10) == _lrs(sched, 10) == _lrs(clone, 10)
+
+
+# ---------------------------------------------------------------------- optim_args and schedule-free optimizers
+def test_optim_args_are_parsed_and_applied():
+    model = Tiny()
+    sgd = create_optimizer(model, TrainingArguments(optim="sgd", optim_args="momentum=0.9, nesterov=True"))
+    assert sgd.defaults["momentum"] == 0.9 and sgd.defaults["nesterov"] is True
+    adamw = create_optimizer(model, TrainingArguments(optim="adamw_torch", optim_args="amsgrad=true,maximize=False"))
+    assert adamw.defaults["amsgrad"] is True and adamw.defaults["maximize"] is False
+
+
+@pytest.mark.parametrize("optim, text, field", [
+    ("sgd", "momentum", "'key=value'"),
+    ("sgd", "momentum=0.9=1", "'key=value'"),
+    ("sgd", "betas_typo=1", "accepted: momentum"),
+    ("sgd", "lr=0.1", "learning_rate"),
+    ("adamw_torch", "eps=1e-6", "adam_epsilon"),
+    ("sgd", "momentum=fast", "must be a number"),
+    ("sgd", "nesterov=maybe", "true or false"),
+])
+def test_bad_optim_args_fail_at_construction_naming_the_fix(optim, text, field):
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        TrainingArguments(optim=optim, optim_args=text)
+
+
+def test_schedule_free_kwargs_match_transformers():
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("schedulefree")
+    for optim in ("schedule_free_adamw", "schedule_free_sgd", "schedule_free_radam"):
+        kw = dict(optim=optim, learning_rate=3e-3, weight_decay=0.05, warmup_steps=7, lr_scheduler_type="constant",
+                  optim_args="r=0.5,weight_lr_power=1.5")
+        hf_cls, hf_kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(
+            transformers.TrainingArguments(output_dir="x", **kw))
+        opt = create_optimizer(nn.Linear(2, 2), TrainingArguments(**kw))
+        assert type(opt) is hf_cls
+        for key, value in hf_kwargs.items():
+            if key != "weight_decay":  # per parameter group here (none on biases), as for every optimizer
+                assert opt.defaults[key] == value, (optim, key)
+        assert opt.param_groups[0]["weight_decay"] == 0.05
+
+
+def test_schedule_free_warmup_ratio_is_resolved_with_the_run_length():
+    pytest.importorskip("schedulefree")
+    args = TrainingArguments(optim="schedule_free_adamw", lr_scheduler_type="constant", warmup_steps=0.1)
+    opt = create_optimizer(nn.Linear(2, 2), args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 'constant ignores warmup' must not fire: the optimizer does the warm-up
+        create_scheduler(opt, args, 50)
+    assert {g["warmup_steps"] for g in opt.param_groups} == {5}
+
+
+def test_schedule_free_with_a_decaying_schedule_warns():
+    pytest.importorskip("schedulefree")
+    with pytest.warns(UserWarning, match="lr_scheduler_type='constant'"):
+        TrainingArguments(optim="schedule_free_sgd")  # HF's default schedule is linear
+
+
+def test_missing_schedulefree_names_the_extra(monkeypatch):
+    import importlib.util
+    import sys
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "schedulefree" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match=re.escape('optim=\'schedule_free_adamw\' needs the \'schedulefree\' '
+                                                    'package, which is not installed: pip install '
+                                                    '"raytrainer[schedulefree]"')):
+        TrainingArguments(optim="schedule_free_adamw", lr_scheduler_type="constant")
+    # Also where the optimizer is built (e.g. on a worker whose image lacks the package).
+    monkeypatch.setitem(sys.modules, "schedulefree", None)  # makes `import schedulefree` raise ImportError
+    from raytrainer.optim import optimizer_class
+    with pytest.raises(ConfigError, match=re.escape('pip install "raytrainer[schedulefree]"')):
+        optimizer_class("schedule_free_sgd")
+
+
+def test_train_and_eval_mode_helpers():
+    pytest.importorskip("schedulefree")
+    from raytrainer.optim import optimizer_eval_mode, optimizer_train_mode
+
+    model = nn.Linear(2, 1)
+    args = TrainingArguments(optim="schedule_free_adamw", lr_scheduler_type="constant", learning_rate=0.1)
+    opt = create_optimizer(model, args)
+    for _ in range(3):
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    y = model.weight.detach().clone()
+    optimizer_eval_mode(opt)  # weights move to the averaged point x
+    assert not opt.param_groups[0]["train_mode"] and not torch.equal(model.weight, y)
+    optimizer_train_mode(opt)
+    assert opt.param_groups[0]["train_mode"]
+    torch.testing.assert_close(model.weight.detach(), y)
+    sgd = create_optimizer(model, TrainingArguments(optim="sgd"))
+    optimizer_eval_mode(sgd), optimizer_train_mode(sgd)  # no-ops for optimizers without modes
+
+
+def _sf_run(output_dir, steps, save_steps, resume=None):
+    from raytrainer import Trainer
+    from tests.models import TokenData, make_model
+
+    args = TrainingArguments(output_dir=output_dir, num_workers=0, per_device_train_batch_size=8, max_steps=steps,
+                             optim="schedule_free_adamw", lr_scheduler_type="constant", learning_rate=2e-2,
+                             warmup_steps=2, logging_steps=1, save_steps=save_steps, disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(64))
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def test_schedule_free_adamw_trains_and_resumes_exactly(tmp_path):
+    pytest.importorskip("schedulefree")
+    from tests.models import assert_same_weights, weights
+
+    full = _sf_run(str(tmp_path / "full"), steps=24, save_steps=12)
+    losses = [h["loss"] for h in full.state.log_history if "loss" in h]
+    assert len(losses) == 24 and sum(losses[-4:]) / 4 < 0.9 * sum(losses[:4]) / 4  # it learns
+    # The checkpoint holds the schedule-free state (z, the running average's weight sum), and resuming from it
+    # ends where the uninterrupted run ends.
+    checkpoint = str(tmp_path / "full" / "checkpoint-12")
+    saved = torch.load(checkpoint + "/optimizer.pt", weights_only=False)
+    assert all("z" in s for s in saved["state"].values())
+    assert saved["param_groups"][0]["weight_sum"] > 0 and saved["param_groups"][0]["k"] == 12
+    resumed = _sf_run(str(tmp_path / "resumed"), steps=24, save_steps=12, resume=checkpoint)
+    assert resumed.state.global_step == 24
+    assert_same_weights(weights(resumed.model), weights(full.model), atol=1e-6)
+    assert [h["loss"] for h in resumed.state.log_history if "loss" in h] == pytest.approx(losses, rel=1e-6)
+
+
+def test_optim_args_tuples_and_names_that_args_set_only_for_adam():
+    # adam_epsilon is Adam's: Adafactor's own eps pair comes through optim_args (tuples as 'a:b').
+    opt = create_optimizer(Tiny(), TrainingArguments(optim="adafactor", optim_args="eps=None:1e-2,beta2_decay=-0.5"))
+    assert opt.defaults["beta2_decay"] == -0.5 and opt.defaults["eps"] == (None, 1e-2)
+    with pytest.raises(ConfigError, match="2 values"):
+        TrainingArguments(optim="adafactor", optim_args="eps=1e-3")

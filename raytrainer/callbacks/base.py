@@ -147,9 +147,9 @@ class CallbackHandler:
             state.global_step = event["global_step"]
         if "epoch" in event:
             state.epoch = event["epoch"]
-        if kind == "train_begin":
-            state.max_steps = event.get("max_steps", state.max_steps)
-            state.num_train_epochs = event.get("num_train_epochs", state.num_train_epochs)
+        if kind == "train_begin":  # after a resume, the best so far is the checkpoint's
+            for name in ("max_steps", "num_train_epochs", "best_metric", "best_global_step"):
+                setattr(state, name, event.get(name, getattr(state, name)))
         elif kind == "log":  # as in HF, evaluation metrics and the final metrics are logged too
             state.log_history.append(dict(event["logs"]))
         elif kind == "save":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 from .base import TrainerCallback
 
 
@@ -12,14 +14,43 @@ def format_logs(logs: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def straggler(rank_stats: List[dict]) -> Optional[dict]:
+    """The rank whose steps are slowest without counting collective waits (its own compute plus data wait is
+    what makes the others wait): the one with the largest data wait, if clearly above the others'."""
+    if len(rank_stats) < 2:
+        return None
+    ordered = sorted(rank_stats, key=lambda r: r["data_wait_s"], reverse=True)
+    slowest, rest = ordered[0], ordered[1:]
+    typical = sorted(r["data_wait_s"] for r in rest)[len(rest) // 2]
+    if slowest["data_wait_s"] - typical < 0.01 or slowest["data_wait_s"] < 2 * typical:
+        return None
+    return {"rank": slowest["rank"], "data_wait_s": slowest["data_wait_s"], "others_data_wait_s": typical}
+
+
 class PrinterCallback(TrainerCallback):
     """Prints each log record (used when the progress bar is disabled)."""
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        print(format_logs(logs or {}), flush=True)
+    observes_only = True  # never changes control: the workers never wait for it
 
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        print(format_logs(metrics or {}), flush=True)
+    def __init__(self):
+        self.straggler_rank = None
+
+    def on_log(self, args, state, control, logs=None, rank_stats=None, **kwargs):
+        self._write(format_logs(logs or {}))
+        self._report_straggler(rank_stats)
+
+    def _report_straggler(self, rank_stats):
+        """One line when a rank starts making the others wait (or stops), not one per log."""
+        slow = straggler(rank_stats or [])
+        rank = slow["rank"] if slow else None
+        if rank != self.straggler_rank and rank_stats:
+            self.straggler_rank = rank
+            self._write(f"[raytrainer] straggler: rank {rank} waits {slow['data_wait_s']:.3f} s per step for data "
+                        f"(the others {slow['others_data_wait_s']:.3f} s)" if slow else
+                        "[raytrainer] no straggler any more")
+
+    def _write(self, line: str):
+        print(line, flush=True)
 
     def on_restart(self, args, state, control, cause=None, **kwargs):
         print(f"[raytrainer] worker group restarted at step {state.global_step}: {cause}", flush=True)
@@ -29,6 +60,7 @@ class ProgressCallback(PrinterCallback):
     """A tqdm bar over optimizer steps; log records are written above it."""
 
     def __init__(self):
+        super().__init__()
         self.bar = None
         self.last_step = 0
 
@@ -46,16 +78,12 @@ class ProgressCallback(PrinterCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self.on_step_end(args, state, control)
-        if self.bar is None:
-            return super().on_log(args, state, control, logs=logs)
-        if logs and "loss" in logs:
+        if self.bar is not None and logs and "loss" in logs:
             self.bar.set_postfix(loss=f"{logs['loss']:.4f}", refresh=False)
-        self.bar.write(format_logs(logs or {}))
+        super().on_log(args, state, control, logs=logs, **kwargs)
 
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.bar is None:
-            return super().on_evaluate(args, state, control, metrics=metrics)
-        self.bar.write(format_logs(metrics or {}))
+    def _write(self, line: str):
+        (self.bar.write if self.bar is not None else print)(line)
 
     def on_restart(self, args, state, control, cause=None, **kwargs):
         message = f"[raytrainer] worker group restarted at step {state.global_step}: {cause}"

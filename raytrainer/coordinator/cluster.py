@@ -8,6 +8,7 @@ import sys
 from typing import Dict
 
 from ..errors import ConfigError
+from ..verbosity import filter_forwarded_logs, quiet_driver
 
 
 def connect(address: str | None = None):
@@ -19,6 +20,7 @@ def connect(address: str | None = None):
 
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     if ray.is_initialized():
+        filter_forwarded_logs()
         return
     # Workers of an embedded Ray inherit this environment: let them import what the driver imports
     # (the script's folder and the current directory), so models defined in user modules unpickle there.
@@ -26,10 +28,12 @@ def connect(address: str | None = None):
     existing = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
     address = address or os.environ.get("RAY_ADDRESS") or None
+    quiet_driver()
     # The dashboard stays on (Ray's default): Ray Train's placement-group cleaner queries the state API
     # it serves, and warns every few seconds without it.
     ray.init(address=address, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
+    filter_forwarded_logs()
 
 
 def worker_resources(args, use_gpu: bool) -> Dict[str, float]:

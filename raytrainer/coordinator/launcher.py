@@ -12,6 +12,7 @@ from typing import Any, Dict
 
 from ..callbacks.base import CallbackHandler
 from ..callbacks.channel import DirectSink, Emitter, EventSink
+from ..verbosity import train_logging_config
 from ..worker.context import WorkerContext
 from ..worker.entry import ray_worker_main, run_job
 
@@ -45,7 +46,7 @@ def run_on_ray(payload: bytes, job: Dict[str, Any], handler: CallbackHandler, ar
             scaling_config=ScalingConfig(num_workers=args.num_workers, use_gpu=use_gpu,
                                          resources_per_worker=args.resources_per_worker),
             run_config=RunConfig(name=run_name, failure_config=FailureConfig(max_failures=args.max_failures),
-                                 callbacks=[FailureRecorder(sink)]),
+                                 callbacks=[FailureRecorder(sink)], logging_config=train_logging_config(args)),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         )
         _fit_while_pumping(torch_trainer, sink, handler)

@@ -13,6 +13,7 @@ from typing import Any, Dict
 import cloudpickle
 
 from ..callbacks.channel import Emitter
+from ..verbosity import configure_worker
 from .context import WorkerContext
 from .evaluation import evaluation_loop
 from .events import LoopEvents
@@ -46,6 +47,8 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) 
 def ray_worker_main(config: Dict[str, Any]):
     """Entry point given to Ray Train's TorchTrainer as `train_loop_per_worker`."""
     ctx = WorkerContext.from_ray()
+    levels = config["job"].get("log_levels", {})
+    configure_worker(levels.get(ctx.rank, levels.get("replica")))
     emitter = Emitter(config["sink"], ctx.rank)
     trainer = cloudpickle.loads(config["payload"])
     try:

@@ -33,6 +33,7 @@ import torch
 from ..checkpoint.manager import CheckpointManager
 from ..data.columns import count_label_items
 from ..data.sampler import DistributedBatchSampler
+from ..optim import optimizer_eval_mode, optimizer_train_mode
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from .evaluation import evaluation_loop
@@ -132,7 +133,8 @@ class TrainLoop:
         self._optimizer_mode("train")
         with neftune(trainer.model, self.args.neftune_noise_alpha):
             control = self.events.fire("train_begin", max_steps=state.max_steps,
-                                       num_train_epochs=state.num_train_epochs, world_size=ctx.world_size)
+                                       num_train_epochs=state.num_train_epochs, world_size=ctx.world_size,
+                                       best_metric=state.best_metric, best_global_step=state.best_global_step)
             if self.args.eval_on_start and state.global_step == 0:
                 control = self._evaluate(state)
             while (not control.should_training_stop and state.global_step < state.max_steps
@@ -230,9 +232,7 @@ class TrainLoop:
 
     def _optimizer_mode(self, mode: str):
         """Schedule-free optimizers keep train and eval weights: evaluate and save with the eval ones (as HF)."""
-        switch = getattr(self.trainer.optimizer, mode, None)
-        if callable(switch):
-            switch()
+        (optimizer_train_mode if mode == "train" else optimizer_eval_mode)(self.trainer.optimizer)
 
     # ------------------------------------------------------------------ when due: log, evaluate, save
     def _maybe_log_evaluate_save(self, state: TrainerState, control: TrainerControl) -> TrainerControl:

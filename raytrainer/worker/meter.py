@@ -10,7 +10,6 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from typing import List, Optional
 
 import torch
 
@@ -74,19 +73,6 @@ class Meter:
         self.flush(ctx, 0.0)  # fold in what was not logged yet
         loss_sum, samples, steps = self.total
         return {"loss_sum": loss_sum, "samples": samples, "steps": steps}
-
-
-def straggler(rank_stats: List[dict]) -> Optional[dict]:
-    """The rank whose steps are slowest without counting collective waits (its own compute plus data wait is
-    what makes the others wait): the one with the largest data wait, if clearly above the others'."""
-    if len(rank_stats) < 2:
-        return None
-    ordered = sorted(rank_stats, key=lambda r: r["data_wait_s"], reverse=True)
-    slowest, rest = ordered[0], ordered[1:]
-    typical = sorted(r["data_wait_s"] for r in rest)[len(rest) // 2]
-    if slowest["data_wait_s"] - typical < 0.01 or slowest["data_wait_s"] < 2 * typical:
-        return None
-    return {"rank": slowest["rank"], "data_wait_s": slowest["data_wait_s"], "others_data_wait_s": typical}
 
 
 def _memory_mb(device) -> float:

@@ -1,0 +1,109 @@
+"""A quiet console by default: the progress bar, the logs and the results; Ray's and the libraries' own
+chatter lowered. One switch brings everything back: `log_level="debug"` or `RAYTRAINER_VERBOSE=1`.
+
+What is lowered, and where:
+- driver: Ray's token-authentication notice (token authentication itself stays on), MLflow's set-up lines;
+- Ray Train's controller and worker lines (resource requests, worker-group start, process-group set-up):
+  WARNING through Ray Train's own `LoggingConfig` in the run's `RunConfig`;
+- lines Ray forwards from its own processes that say nothing about the user's run: the core-worker notice
+  about the PreemptionWatcher actor printed on every run, and the placement-group cleaner's traceback when
+  several Ray instances run on one machine (filtered on the driver, by `INTERNAL_LINES`);
+- training workers: rank 0 logs at `log_level`, the others at `log_level_replica` (HF's arguments). With
+  'passive', rank 0 shows library warnings only when the driver did not already run the model (the
+  driver's 2-sample loss check shows them once), so a warning appears once, not once per worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from typing import Optional
+
+VERBOSE_ENV = "RAYTRAINER_VERBOSE"
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
+           "critical": logging.CRITICAL}
+
+
+def verbose(args=None) -> bool:
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0") or getattr(args, "log_level", None) == "debug"
+
+
+# Driver-side loggers whose INFO lines are notices, not results: Ray's token-authentication notice (the
+# authentication stays on), MLflow's and its store's set-up messages.
+QUIET_DRIVER_LOGGERS = {"ray._private.authentication.authentication_token_setup": logging.ERROR,
+                        "mlflow": logging.WARNING, "alembic": logging.WARNING}
+
+
+def quiet_driver(args=None):
+    """Lower the driver-side notices (before `ray.init`, and when a Trainer is built)."""
+    if not verbose(args):
+        for name, level in QUIET_DRIVER_LOGGERS.items():
+            logging.getLogger(name).setLevel(level)
+
+
+# Lines of Ray's own processes that the driver drops unless verbose (matched against each forwarded line).
+INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher'")
+INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner"})
+
+
+def filter_forwarded_logs():
+    """Wrap the handler through which Ray prints its processes' output on the driver (a private Ray API:
+    if it changes, nothing is filtered and nothing breaks)."""
+    if verbose():
+        return
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return
+    with dispatcher._lock:
+        handlers = dict(dispatcher.handlers)
+        original = handlers.get("ray_print_logs")
+        if original is None or getattr(original, "raytrainer_filter", False):
+            return
+
+        def filtered(data):
+            if data.get("actor_name") in INTERNAL_ACTORS:
+                return
+            lines = [line for line in data.get("lines", []) if not INTERNAL_LINES.search(line)]
+            if lines:
+                original({**data, "lines": lines})
+        filtered.raytrainer_filter = True
+        dispatcher.handlers = [(name, filtered if name == "ray_print_logs" else handler)
+                               for name, handler in dispatcher.handlers]
+
+
+def train_logging_config(args):
+    """Ray Train's logging configuration for a run: WARNING unless verbose."""
+    import ray.train
+
+    return ray.train.LoggingConfig(log_level="DEBUG" if verbose(args) else "WARNING")
+
+
+def worker_level(args, rank: int, driver_ran_model: bool) -> str:
+    """The log level a training worker uses, decided on the driver and shipped with the job."""
+    if verbose(args):
+        return "debug"
+    if rank != 0:
+        return args.log_level_replica
+    if args.log_level == "passive":
+        return "error" if driver_ran_model else "warning"
+    return args.log_level
+
+
+def configure_worker(level: Optional[str]):
+    """Apply a worker's level to Python logging, warnings, and transformers when it is in use."""
+    if level is None or level == "passive":
+        return
+    number = _LEVELS[level]
+    logging.getLogger().setLevel(number)
+    if number > logging.WARNING:
+        warnings.simplefilter("ignore")
+    try:
+        import transformers.utils.logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.set_verbosity(number)
+    if number > logging.DEBUG:
+        hf_logging.disable_progress_bar()  # the driver's bar shows progress; the workers' would interleave
