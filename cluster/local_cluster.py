@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,6 +102,8 @@ class LocalCluster:
                 time.sleep(0.2)
             _kill_group(node["pgid"], signal.SIGKILL)
             _reap(node["pid"])
+        if self.state.get("temp_dir"):
+            shutil.rmtree(self.state["temp_dir"], ignore_errors=True)
         self.state = {}
         if os.path.exists(self.state_file):
             os.remove(self.state_file)
@@ -141,8 +144,12 @@ class LocalCluster:
         index = len(self.state["nodes"])
         ports = [f"{flag}={free_port()}" for flag in NODE_PORTS]
         log = os.path.join(self.state_dir, f"node-{index}-{role}.log")
+        # A temp dir of its own: `ray start` in the default one would name this cluster in
+        # /tmp/ray/ray_current_cluster, and a plain `ray.init()` elsewhere on the machine would join it.
+        # Short, under /tmp: Ray's socket paths under it must fit in 107 characters.
+        temp_dir = self.state.setdefault("temp_dir", tempfile.mkdtemp(prefix="rt-lc-"))
         with open(log, "w") as out:
-            process = subprocess.Popen(["ray", "start", "--block", "--disable-usage-stats",
+            process = subprocess.Popen(["ray", "start", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}",
                                         f"--node-ip-address={HOST}", *ports, *args],
                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                        env=_node_env())

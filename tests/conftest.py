@@ -22,7 +22,8 @@ def ray_session():
     from raytrainer.coordinator.cluster import connect
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING",
+        # address="local": always a new instance, never a cluster another test or script started here.
+        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
                  runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
     connect()  # reuses the running instance
     yield ray
