@@ -75,10 +75,14 @@ def _loss_failure(trainer, dataset, dataset_name: str, exc: Exception) -> str:
             f"started: {type(exc).__name__}: {exc}")
 
 
-def serialise(trainer) -> bytes:
-    """The trainer as the workers receive it. A failure names the attribute and suggests model_init."""
+def serialise(trainer, job: Optional[dict] = None):
+    """The trainer (and the job) as the workers receive them: a small pickle plus the model's weights and
+    large data as numpy arrays for the object store (`transfer.pack`). A failure names the attribute and
+    suggests model_init."""
+    from .transfer import pack
+
     try:
-        return cloudpickle.dumps(trainer)
+        return pack((trainer, job))
     except Exception as exc:
         culprit = _unpicklable_attribute(trainer)
         hint = ("Pass model_init=<a function that builds the model> instead of the model object, so each "

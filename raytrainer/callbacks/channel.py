@@ -26,6 +26,7 @@ class EventSink:
     def __init__(self):
         self._events: List[Dict[str, Any]] = []
         self._result: Any = None
+        self._has_result = self._result_taken = False
         self._failures: List[str] = []
         self._lock = threading.Lock()
 
@@ -41,12 +42,27 @@ class EventSink:
 
     def set_result(self, result: Any) -> bool:
         with self._lock:
-            self._result = result
+            self._result, self._has_result = result, True
             return True
 
     def get_result(self) -> Any:
         with self._lock:
             return self._result
+
+    def has_result(self) -> bool:
+        with self._lock:
+            return self._has_result
+
+    # The trained weights in a result are an object that rank 0 put into the store: it owns the object,
+    # which is lost when the worker exits. So rank 0 waits until the driver says it has read them.
+    def mark_result_taken(self) -> bool:
+        with self._lock:
+            self._result_taken = True
+            return True
+
+    def result_taken(self) -> bool:
+        with self._lock:
+            return self._result_taken
 
     def record_failure(self, cause: str) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails."""
@@ -94,6 +110,15 @@ class Emitter:
         """Deliver the run's result; blocks until the sink holds it (the worker may exit right after)."""
         self.flush(wait=True)
         self._call("set_result", result, wait=True)
+
+    def wait_result_taken(self, timeout_s: float = 1800.0, poll_s: float = 0.05) -> bool:
+        """Block until the driver has read the result (see `EventSink.mark_result_taken`)."""
+        deadline = time.monotonic() + timeout_s
+        while not self._call("result_taken", None, wait=True, no_arg=True):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
+        return True
 
     def _call(self, method: str, arg: Any, wait: bool, no_arg: bool = False) -> Optional[Any]:
         fn = getattr(self._sink, method)

@@ -287,8 +287,9 @@ class TrainLoop:
             return None
         state.log_history.append({**metrics, "step": state.global_step})
         self.emitter.emit("train_end", global_step=state.global_step, epoch=state.epoch, metrics=metrics)
-        model_state = {k: v.detach().to("cpu", copy=True)
-                       for k, v in trainer.strategy.model_state_dict(trainer.model_wrapped).items()}
+        # No copy here: the driver copies it into its model (in-process), or entry.py puts it into the
+        # object store (one copy, into shared memory).
+        model_state = trainer.strategy.model_state_dict(trainer.model_wrapped)
         return {"state": state.to_json_string(), "model_state": model_state,
                 "train_output": TrainOutput(state.global_step, train_loss, metrics)}
 
