@@ -84,6 +84,11 @@ def serialise(trainer, job: Optional[dict] = None):
     try:
         return pack((trainer, job))
     except Exception as exc:
+        dataset = (job or {}).get("dataset")
+        if dataset is not None and _unpicklable_attribute({"dataset": dataset}) is not None:
+            raise ConfigError(f"The dataset cannot be sent to the workers: it cannot be serialised "
+                              f"({type(exc).__name__}: {exc}). Pass a datasets.Dataset or a picklable "
+                              "torch Dataset.") from exc
         culprit = _unpicklable_attribute(trainer)
         hint = ("Pass model_init=<a function that builds the model> instead of the model object, so each "
                 "worker builds its own." if culprit in (None, "model") else
@@ -93,7 +98,8 @@ def serialise(trainer, job: Optional[dict] = None):
 
 
 def _unpicklable_attribute(trainer) -> Optional[str]:
-    for name, value in trainer.__getstate__().items():
+    state = trainer if isinstance(trainer, dict) else trainer.__getstate__()
+    for name, value in state.items():
         try:
             cloudpickle.dumps(value)
         except Exception:

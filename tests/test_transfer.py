@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from raytrainer import Trainer, TrainingArguments, preflight, transfer
+from raytrainer import ConfigError, Trainer, TrainingArguments, preflight, transfer
 from tests.models import VOCAB, TokenData, assert_same_weights, make_model, weights
 
 
@@ -187,3 +187,13 @@ def test_hf_model_round_trip_keeps_its_tied_head_and_non_persistent_buffers():
         torch.testing.assert_close(a, b, msg=name)
     ids = torch.randint(0, VOCAB, (2, 8))
     torch.testing.assert_close(copy(ids, labels=ids).loss, model(ids, labels=ids).loss)
+
+
+def test_an_eval_dataset_that_cannot_be_serialised_is_named(tmp_path):
+    import threading
+
+    data = TokenData(4)
+    data.lock = threading.Lock()  # not picklable
+    trainer = Trainer(model=make_model(), args=args(tmp_path))
+    with pytest.raises(ConfigError, match="The dataset cannot be sent to the workers.*picklable"):
+        trainer.evaluate(eval_dataset=data)
