@@ -13,8 +13,9 @@ Identity survives: a Parameter reached twice (tied weights, an optimizer passed 
 Parameter again on the worker.
 
 Back: rank 0 puts its trained state dict (numpy views of its CPU tensors, tied tensors once) into the
-object store, owned by the driver's event-sink actor, so it outlives the worker; the driver maps it and
-`load_state_dict` copies it into its model. A memory-mapped `datasets.Dataset` pickles as its cache files'
+object store; the driver maps it and `load_state_dict` copies it into its model. The object belongs to the
+worker that put it (Ray 2.56 removed `ray.put(_owner=...)`) and is lost when that worker exits, so rank 0
+waits until the driver has read it (`worker/entry.py`, `coordinator/launcher.py`). A memory-mapped `datasets.Dataset` pickles as its cache files'
 paths, so it travels as paths (readable on every worker of one node, or on a shared file system).
 """
 
@@ -190,9 +191,9 @@ class SharedState:
     nbytes: int
 
 
-def put_state(state: Dict[str, Any], owner=None) -> SharedState:
-    """Put a state dict into the object store once (tied tensors once), owned by `owner` (an actor handle
-    that outlives this process, so the object survives the worker's exit)."""
+def put_state(state: Dict[str, Any]) -> SharedState:
+    """Put a state dict into the object store once (tied tensors once). The caller owns the object: it must
+    live until the reader has fetched it."""
     import ray
 
     arrays: List[np.ndarray] = []
@@ -209,7 +210,7 @@ def put_state(state: Dict[str, Any], owner=None) -> SharedState:
             arrays.append(array)
             seen[key] = len(arrays) - 1
         entries[name] = ("array", seen[key], str(value.dtype).removeprefix("torch."))
-    ref = ray.put({"arrays": arrays, "entries": entries}, _owner=owner)
+    ref = ray.put({"arrays": arrays, "entries": entries})
     return SharedState(ref, sum(a.nbytes for a in arrays))
 
 
