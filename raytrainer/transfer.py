@@ -25,7 +25,7 @@ import io
 import pickle
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import cloudpickle
 import numpy as np
