@@ -83,11 +83,20 @@ def _loss_failure(trainer, dataset, dataset_name: str, exc: Exception) -> str:
             f"started: {type(exc).__name__}: {exc}")
 
 
-def serialise(trainer) -> bytes:
-    """The trainer as the workers receive it. A failure names the attribute and suggests model_init."""
+def serialise(trainer, job: Optional[dict] = None):
+    """The trainer (and the job) as the workers receive them: a small pickle plus the model's weights and
+    large data as numpy arrays for the object store (`transfer.pack`). A failure names the attribute and
+    suggests model_init."""
+    from .transfer import pack
+
     try:
-        return cloudpickle.dumps(trainer)
+        return pack((trainer, job))
     except Exception as exc:
+        dataset = (job or {}).get("dataset")
+        if dataset is not None and _unpicklable_attribute({"dataset": dataset}) is not None:
+            raise ConfigError(f"The dataset cannot be sent to the workers: it cannot be serialised "
+                              f"({type(exc).__name__}: {exc}). Pass a datasets.Dataset or a picklable "
+                              "torch Dataset.") from exc
         culprit = _unpicklable_attribute(trainer)
         hint = ("Pass model_init=<a function that builds the model> instead of the model object, so each "
                 "worker builds its own." if culprit in (None, "model") else
@@ -97,7 +106,8 @@ def serialise(trainer) -> bytes:
 
 
 def _unpicklable_attribute(trainer) -> Optional[str]:
-    for name, value in trainer.__getstate__().items():
+    state = trainer if isinstance(trainer, dict) else trainer.__getstate__()
+    for name, value in state.items():
         try:
             cloudpickle.dumps(value)
         except Exception:

@@ -105,10 +105,10 @@ class Trainer(ResultsMixin, WorkerHooks):
         job = {"kind": "train", "run_id": run_id, "resume_from": resume_url}
         self.state = TrainerState()
         self.callback_handler.state = self.state
-        result = self._run(job, run_name=f"{args.run_name or 'raytrainer'}-{run_id}")
+        result = self._run(job, run_name=f"{args.run_name or 'raytrainer'}-{run_id}",
+                           receive=self._receive_trained_weights)
         self.state = TrainerState.from_json_string(result["state"])
         self.callback_handler.state = self.state
-        self._load_trained_weights(result["model_state"])
         return result["train_output"]
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
@@ -200,28 +200,41 @@ class Trainer(ResultsMixin, WorkerHooks):
                               "or its write never finished). `raytrainer checkpoints OUTPUT_DIR` lists them.")
         return url
 
-    def _run(self, job: dict, run_name: str) -> Any:
+    def _run(self, job: dict, run_name: str, receive: Optional[Callable[[Any], Any]] = None) -> Any:
+        """Run `job` on the workers (or here); `receive(result)` runs while the result's objects still exist."""
         handler = self.callback_handler
         job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks,
                "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
                               "replica": worker_level(self.args, 1, driver_ran_model=True)}}
-        payload = preflight.serialise(self)
+        # The pickle carries no weights or large data: those go to the object store once (transfer.py).
+        packed = preflight.serialise(self, job)
         use_gpu = self._use_gpu()
+        receive = receive or (lambda result: result)
         if self.args.num_workers == 0:
-            import cloudpickle
+            from . import transfer
 
             # Work on a copy, as a worker would: the driver's model changes only from the result.
-            return launcher.run_in_process(cloudpickle.loads(payload), job, self.callback_handler, use_gpu)
-        return launcher.run_on_ray(payload, job, self.callback_handler, self.args, use_gpu, run_name)
+            trainer, job = transfer.unpack(packed.payload, packed.data)
+            return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
+        return launcher.run_on_ray(packed, self.callback_handler, self.args, use_gpu, run_name, receive)
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:
             self.model = self.model_init()
         return self.model
 
-    def _load_trained_weights(self, model_state: dict):
-        model = self._driver_model()
-        device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        load_into(model, {k: v.to(device) for k, v in model_state.items()})
-        self.model_wrapped = model
+    def _receive_trained_weights(self, result: dict) -> dict:
+        self._load_trained_weights(result.pop("model_state"))
+        return result
 
+    def _load_trained_weights(self, model_state):
+        """Copy the trained weights into the driver's model: a state dict (in-process), or one in the object
+        store (`transfer.SharedState`), read from shared memory without an intermediate copy."""
+        from . import transfer
+
+        model = self._driver_model()
+        if isinstance(model_state, transfer.SharedState):
+            model_state = transfer.fetch_state(model_state)
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        load_into(model, {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_state.items()})
+        self.model_wrapped = model

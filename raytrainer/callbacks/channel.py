@@ -32,6 +32,7 @@ class EventSink:
     def __init__(self):
         self._events: List[Dict[str, Any]] = []
         self._result: Any = None
+        self._result_taken = asyncio.Event()
         self._failures: List[str] = []
         self._arrived = asyncio.Event()
         self._decisions: Dict[int, asyncio.Future] = {}
@@ -72,11 +73,26 @@ class EventSink:
         return events
 
     async def set_result(self, result: Any) -> bool:
+        """Hold rank 0's result and tell the driver's pump (a `result_ready` event) to take it."""
         self._result = result
+        await self.push([{"kind": "result_ready", "rank": 0, "time": time.time()}])
         return True
 
     async def get_result(self) -> Any:
         return self._result
+
+    # The trained weights in a result are an object that rank 0 put into the store: it owns the object,
+    # which is lost when the worker exits. So rank 0 waits until the driver says it has read them.
+    async def mark_result_taken(self) -> bool:
+        self._result_taken.set()
+        return True
+
+    async def wait_result_taken(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._result_taken.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     async def record_failure(self, cause: str) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails."""
@@ -106,6 +122,9 @@ class DirectSink:
     def set_result(self, result):
         self._result = result
         return True
+
+    def wait_result_taken(self, timeout_s):
+        return True  # the driver is this process: it has the result once the job returns
 
     def last_failure(self):
         return None
@@ -153,6 +172,10 @@ class Emitter:
         """Deliver the run's result; blocks until the sink holds it (the worker may exit right after)."""
         self.flush(wait=True)
         self._call("set_result", result, wait=True)
+
+    def wait_result_taken(self, timeout_s: float = 1800.0) -> bool:
+        """Block until the driver has read the result (see `EventSink.mark_result_taken`)."""
+        return self._call("wait_result_taken", timeout_s, wait=True)
 
     def _call(self, method: str, arg: Any, wait: bool, no_arg: bool = False) -> Optional[Any]:
         fn = getattr(self._sink, method)

@@ -8,7 +8,7 @@ progress, logs and restarts show up live, and callbacks run where the user's cod
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from ..callbacks.base import CallbackHandler
 from ..callbacks.channel import DirectSink, Emitter, EventSink
@@ -30,8 +30,11 @@ def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_g
     return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0))
 
 
-def run_on_ray(payload: bytes, job: Dict[str, Any], handler: CallbackHandler, args, use_gpu: bool,
-               run_name: str) -> Any:
+def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: str,
+               receive: Callable[[Any], Any]) -> Any:
+    """`packed`: the trainer and job (`transfer.Packed`). Its arrays go into the object store once, here;
+    every worker (and every restarted worker group) maps them from there. `receive(result)` runs while the
+    objects in the result (the trained weights, owned by rank 0) still exist."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -40,22 +43,24 @@ def run_on_ray(payload: bytes, job: Dict[str, Any], handler: CallbackHandler, ar
 
     sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).remote()
     try:
+        data = ray.put(packed.data)  # owned by the driver: lives until this run ends, restarts included
         torch_trainer = TorchTrainer(
             ray_worker_main,
-            train_loop_config={"payload": payload, "job": job, "sink": sink},
+            train_loop_config={"payload": packed.payload, "data": data, "sink": sink},
             scaling_config=ScalingConfig(num_workers=args.num_workers, use_gpu=use_gpu,
                                          resources_per_worker=args.resources_per_worker),
             run_config=RunConfig(name=run_name, failure_config=FailureConfig(max_failures=args.max_failures),
                                  callbacks=[FailureRecorder(sink)], logging_config=train_logging_config(args)),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         )
-        _fit_while_pumping(torch_trainer, sink, handler)
-        return ray.get(sink.get_result.remote())
+        return _fit_while_pumping(torch_trainer, sink, handler, receive)
     finally:
         ray.kill(sink)
 
 
-def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler):
+def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler, receive: Callable[[Any], Any]) -> Any:
+    """Run fit() in a helper thread; here, run callbacks on the events as they come, and read the result
+    as soon as rank 0 has set it (it waits for that before exiting: it owns the trained weights' object)."""
     import ray
 
     outcome: Dict[str, Any] = {}
@@ -66,23 +71,38 @@ def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler):
         except BaseException as exc:  # re-raised in the main thread below
             outcome["error"] = exc
 
+    def take():
+        try:
+            outcome["result"] = receive(ray.get(sink.get_result.remote()))
+        except BaseException as exc:
+            outcome["receive_error"] = exc
+        finally:
+            ray.get(sink.mark_result_taken.remote())
+
+    def pump(timeout_s: float):
+        """Run the callbacks on the events in order; answer rank 0's control requests once the events
+        before them are handled, so a decision reflects everything up to that point; take the result when
+        rank 0 says it is there."""
+        for event in ray.get(sink.wait_events.remote(timeout_s)):
+            if event["kind"] == "control_request":
+                sink.decide.remote(event["id"], handler.take_control())
+            elif event["kind"] == "result_ready":
+                take()
+            else:
+                handler.handle(event)
+
     thread = threading.Thread(target=fit, name="raytrainer-fit", daemon=True)
     thread.start()
     while thread.is_alive():
-        _dispatch(ray.get(sink.wait_events.remote(POLL_INTERVAL_S)), sink, handler)
-    _dispatch(ray.get(sink.wait_events.remote(0)), sink, handler)
+        pump(POLL_INTERVAL_S)
+    pump(0)
     if "error" in outcome:
         raise _unwrap(outcome["error"]) from outcome["error"]
-
-
-def _dispatch(events, sink, handler: CallbackHandler):
-    """Run the callbacks on the events in order; answer rank 0's control requests once the events before
-    them have been handled, so a decision reflects everything up to that point."""
-    for event in events:
-        if event["kind"] == "control_request":
-            sink.decide.remote(event["id"], handler.take_control())
-        else:
-            handler.handle(event)
+    if "result" not in outcome and "receive_error" not in outcome:
+        take()
+    if "receive_error" in outcome:
+        raise outcome["receive_error"]
+    return outcome["result"]
 
 
 def _unwrap(error: BaseException) -> BaseException:

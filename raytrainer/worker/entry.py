@@ -1,16 +1,15 @@
 """The function every Ray Train worker runs (and the driver, for num_workers=0).
 
 The driver ships the whole `Trainer` (pickled once, with cloudpickle, so a user's subclass and its hooks
-come along); each worker unpickles its own copy, runs the requested job, and rank 0 hands the result to
-the event sink.
+come along; its weights and large data through the object store, see `transfer.py`); each worker rebuilds
+its own copy, runs the requested job, and rank 0 hands the result to the event sink (the trained weights
+as an object in the store).
 """
 
 from __future__ import annotations
 
 import traceback
 from typing import Any, Dict
-
-import cloudpickle
 
 from ..callbacks.channel import Emitter
 from ..verbosity import configure_worker
@@ -46,17 +45,29 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) 
 
 def ray_worker_main(config: Dict[str, Any]):
     """Entry point given to Ray Train's TorchTrainer as `train_loop_per_worker`."""
+    import ray
+
+    from .. import transfer
+
     ctx = WorkerContext.from_ray()
-    levels = config["job"].get("log_levels", {})
-    configure_worker(levels.get(ctx.rank, levels.get("replica")))
     emitter = Emitter(config["sink"], ctx.rank)
-    trainer = cloudpickle.loads(config["payload"])
+    # The weights and large data come from the object store (zero-copy on the driver's node).
+    trainer, job = transfer.unpack(config["payload"], ray.get(config["data"]))
+    levels = job.get("log_levels", {})
+    configure_worker(levels.get(ctx.rank, levels.get("replica")))
     try:
-        result = run_job(trainer, config["job"], ctx, emitter)
+        result = run_job(trainer, job, ctx, emitter)
     except BaseException:
         emitter.emit("error", traceback=traceback.format_exc())
         emitter.flush(wait=True)
         raise
     emitter.flush(wait=True)
     if ctx.is_main:
+        shared = result is not None and "model_state" in result
+        if shared:  # the trained weights go into the object store once; the driver maps them
+            result["model_state"] = transfer.put_state(result.pop("model_state"))
         emitter.set_result(result)
+        if shared:
+            # This worker owns that object (Ray 2.56 removed `ray.put(_owner=...)`): it is lost when the
+            # worker exits, so stay until the driver has copied the weights into its model.
+            emitter.wait_result_taken()

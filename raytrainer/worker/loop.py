@@ -334,8 +334,9 @@ class TrainLoop:
         self.events.fire("train_end")
         if not self.ctx.is_main:
             return None
-        model_state = {k: v.detach().to("cpu", copy=True)
-                       for k, v in trainer.strategy.model_state_dict(trainer.model_wrapped).items()}
+        # No copy here: the driver copies it into its model (in-process), or entry.py puts it into the
+        # object store (one copy, into shared memory).
+        model_state = trainer.strategy.model_state_dict(trainer.model_wrapped)
         return {"state": state.to_json_string(), "model_state": model_state,
                 "train_output": TrainOutput(state.global_step, train_loss, metrics)}
 
