@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import List
+
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -11,8 +13,7 @@ from .base import Strategy
 class DDPStrategy(Strategy):
     name = "ddp"
 
-    def setup(self, model: nn.Module) -> nn.Module:
-        model = model.to(self.ctx.device)
+    def wrap(self, model: nn.Module, blocks: List[nn.Module]) -> nn.Module:
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
 

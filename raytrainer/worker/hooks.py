@@ -106,6 +106,10 @@ class WorkerHooks:
                 loss = loss * (rescale_items / num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
+    def compute_loss_context_manager(self):
+        """HF's name: the context of the forward and loss (autocast under bf16/fp16)."""
+        return self.strategy.autocast()
+
     def _normalised_globally(self, num_items_in_batch: Optional[int]) -> bool:
         """Whether a micro-batch's loss is its share of the global batch's item count (summed over ranks)."""
         return num_items_in_batch is not None and self.args.average_tokens_across_devices
@@ -114,12 +118,13 @@ class WorkerHooks:
         """Forward and backward of one micro-batch; returns the detached loss (its share of the step's loss)."""
         model.train()
         inputs = self._prepare_inputs(inputs)
-        loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        with self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         # Without item counts, average over the accumulated micro-steps; a filler batch weighs zero.
         share = self._loss_weight / (self._accumulation_steps_now if num_items_in_batch is None else 1)
-        # DDP averages gradients over ranks; a loss already normalised by the global item count must be summed.
+        # DDP/FSDP average gradients over ranks; a loss already normalised by the global item count must be summed.
         ddp_scale = self.ctx.world_size if self._normalised_globally(num_items_in_batch) else 1
-        (loss * (share * ddp_scale) if share * ddp_scale != 1 else loss).backward()
+        self.strategy.backward(loss * (share * ddp_scale) if share * ddp_scale != 1 else loss)
         return loss.detach() * share if share != 1 else loss.detach()
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):
