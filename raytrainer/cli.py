@@ -1,6 +1,7 @@
 """The `raytrainer` command. Subcommands are argparse subparsers, each with its own `run` function.
 
 `raytrainer checkpoints OUTPUT_DIR` shows what a run directory (local or any fsspec URL) holds.
+`raytrainer consolidate CHECKPOINT [OUT]` writes a sharded (FSDP) checkpoint's model as model.safetensors.
 Errors about storage or configuration print their message and exit 2, without a traceback.
 """
 
@@ -98,6 +99,13 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_consolidate(args: argparse.Namespace) -> int:
+    from .checkpoint.consolidate import consolidate
+
+    print(consolidate(args.checkpoint, args.out, _options(args.storage_option)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raytrainer", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -111,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
                              help="fsspec option for OUTPUT_DIR, e.g. endpoint_url=http://127.0.0.1:9000 "
                                   "(repeatable; dotted keys nest, JSON objects are decoded)")
     checkpoints.set_defaults(run=run_checkpoints)
+
+    consolidate = commands.add_parser("consolidate", help="write a sharded (FSDP) checkpoint's model as "
+                                      "model.safetensors", description="Read the shards of an FSDP checkpoint "
+                                      "one tensor at a time and write model.safetensors (and config.json) to OUT.")
+    consolidate.add_argument("checkpoint", metavar="CHECKPOINT", help="a committed checkpoint-<step> directory")
+    consolidate.add_argument("out", metavar="OUT", nargs="?", help="where to write (default: CHECKPOINT itself)")
+    consolidate.add_argument("--storage-option", action="append", type=_storage_option, metavar="KEY=VALUE",
+                             help="fsspec option for CHECKPOINT and OUT (repeatable, as for `checkpoints`)")
+    consolidate.set_defaults(run=run_consolidate)
     return parser
 
 

@@ -11,12 +11,14 @@ import logging
 import os
 
 import pytest
+import safetensors.torch
 
 from raytrainer import ConfigError, Trainer
 from raytrainer.checkpoint.listing import list_checkpoints
-from raytrainer.checkpoint.storage import get_fs, join, read_text
+from raytrainer.checkpoint.storage import get_fs, join, read_bytes, read_text
 from tests.blocks_model import blocks_args, make_blocks, train_blocks
 from tests.models import TokenData, assert_same_weights, weights
+from tests.s3server import create_bucket
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -26,9 +28,9 @@ COMMON = dict(lr_scheduler_type="constant", per_device_train_batch_size=2)
 
 
 @pytest.fixture(scope="module")
-def s3_reference(s3_bucket, s3_server):
+def s3_reference(s3_server):
     """The uninterrupted 2-worker FSDP run, saving checkpoint-3 and checkpoint-6 to S3."""
-    output_dir, opts = s3_bucket + "/reference", dict(s3_server.storage_options)
+    output_dir, opts = create_bucket(s3_server) + "/reference", dict(s3_server.storage_options)
     trainer = train_blocks(output_dir, strategy="fsdp", save_strategy="steps", save_steps=3,
                            storage_options=opts, **COMMON)
     return weights(trainer.model), output_dir, opts
@@ -48,6 +50,11 @@ def test_fsdp_checkpoint_of_2_workers_resumes_at_1_worker_on_s3(s3_reference):
         assert {f"{directory}/__0_0.distcp", f"{directory}/__1_0.distcp", f"{directory}/.metadata"} <= set(shards)
     manifest = json.loads(read_text(join(ckpt, "COMMITTED"), opts))
     assert set(manifest["files"]) == set(shards) - {"COMMITTED"}
+
+    # The reference's last checkpoint, consolidated from S3 to S3, holds the weights the driver got back.
+    from raytrainer.checkpoint.consolidate import consolidate
+    exported = consolidate(join(ref_dir, "checkpoint-6"), ref_dir.rsplit("/", 1)[0] + "/exported", opts)
+    assert_same_weights(safetensors.torch.load(read_bytes(exported, opts)), reference, atol=0)
 
     output_dir = ref_dir.rsplit("/", 1)[0] + "/two-to-one"
     resumed = train_blocks(output_dir, strategy="fsdp", num_workers=1, save_strategy="steps", save_steps=3,
