@@ -72,4 +72,6 @@ class Strategy:
     def host_state_dict(self, model: nn.Module) -> Optional[Dict[str, torch.Tensor]]:
         """The full state dict copied to host memory, on rank 0 (other ranks may get None). Every rank must
         call it: a sharded strategy gathers here."""
+        if not self.ctx.is_main:  # every rank holds the same weights: only rank 0's travel
+            return None
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model_state_dict(model).items()}
