@@ -115,21 +115,11 @@ def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[st
             raise ConfigError(f"torch_compile_backend={args.torch_compile_backend!r} is not a torch.compile backend "
                               f"here; choose one of {', '.join(sorted(backends))}.")
     if args.strategy == "fsdp" and trainer.model is not None:
-        _check_wrap_classes(trainer.model, (args.fsdp_config or {}).get("transformer_layer_cls_to_wrap"))
+        from .strategy.blocks import check_wrap_classes
+
+        check_wrap_classes(trainer.model, (args.fsdp_config or {}).get("transformer_layer_cls_to_wrap"))
     if resume_url is not None:
         _check_resume(trainer, resume_url)
-
-
-def _check_wrap_classes(model, names):
-    from .strategy.blocks import block_class_names, unmatched_class_names
-
-    missing = unmatched_class_names(model, names or [])
-    if missing:
-        suggestions = block_class_names(model)
-        raise ConfigError(f"fsdp_config['transformer_layer_cls_to_wrap'] names {missing}, which match no module of "
-                          f"{type(model).__name__}: list the class names of its repeated blocks"
-                          + (f" (e.g. {suggestions})" if suggestions else "") + ", or drop the key to wrap the "
-                          "model's own _no_split_modules / transformer layers.")
 
 
 def _check_resume(trainer, resume_url: str):

@@ -13,6 +13,8 @@ marker are rank 0's, written after every rank's shards are durable (see manager.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from typing import Optional
 
 from torch import nn
@@ -58,8 +60,21 @@ def _fs_options(url: str, storage_options: Optional[dict]) -> dict:
     return options
 
 
+@contextlib.contextmanager
+def _one_process_is_intended():
+    """DCP warns when it runs without a process group; for num_workers=0 that is what we mean."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
 def save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict] = None):
     """Collective: every rank writes its shards of the model (and the optimizer, when given)."""
+    with _one_process_is_intended():
+        _save_sharded(model, optimizer, ckpt_url, storage_options)
+
+
+def _save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict]):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
@@ -71,6 +86,11 @@ def save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Op
 
 def load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict] = None):
     """Collective: load this rank's part of the model (and optimizer) state, whatever world size wrote it."""
+    with _one_process_is_intended():
+        _load_sharded(model, optimizer, ckpt_url, storage_options)
+
+
+def _load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict]):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                          set_model_state_dict, set_optimizer_state_dict)

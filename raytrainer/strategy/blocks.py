@@ -12,6 +12,8 @@ from typing import List, Optional, Sequence
 
 from torch import nn
 
+from ..errors import ConfigError
+
 _TORCH_BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 
 
@@ -41,3 +43,15 @@ def block_class_names(model: nn.Module) -> List[str]:
         if m is not model and list(m.children()):
             counts[type(m).__name__] = counts.get(type(m).__name__, 0) + 1
     return sorted(name for name, n in counts.items() if n > 1 and name not in ("ModuleList", "Sequential"))
+
+
+def check_wrap_classes(model: nn.Module, class_names: Optional[Sequence[str]]):
+    """Class names that match no module are a mistake (a typo, another model's block): FSDP would silently
+    shard the whole model as one unit. Checked on the driver when it has the model, and on each worker."""
+    missing = unmatched_class_names(model, class_names or [])
+    if missing:
+        suggestions = block_class_names(model)
+        raise ConfigError(f"fsdp_config['transformer_layer_cls_to_wrap'] names {missing}, which match no module of "
+                          f"{type(model).__name__}: list the class names of its repeated blocks"
+                          + (f" (e.g. {suggestions})" if suggestions else "") + ", or drop the key to wrap the "
+                          "model's own _no_split_modules / transformer layers.")

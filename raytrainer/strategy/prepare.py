@@ -12,7 +12,7 @@ from typing import List
 
 from torch import nn
 
-from .blocks import find_blocks
+from .blocks import check_wrap_classes, find_blocks
 
 
 def apply_activation_checkpointing(model: nn.Module, blocks: List[nn.Module], kwargs: dict) -> List[nn.Module]:
@@ -47,6 +47,7 @@ def compile_blocks(model: nn.Module, blocks: List[nn.Module], backend: str, mode
 def prepare(model: nn.Module, args) -> List[nn.Module]:
     """Apply what `args` asks for; returns the blocks (the units a sharding strategy wraps)."""
     config = getattr(args, "fsdp_config", None) or {}
+    check_wrap_classes(model, config.get("transformer_layer_cls_to_wrap"))  # model_init: not seen on the driver
     blocks = find_blocks(model, config.get("transformer_layer_cls_to_wrap"))
     if args is None:
         return blocks
