@@ -286,8 +286,9 @@ def report(cfg: Config, params: int, rounds: list, opts):
         keys += ["cuda_peak_mb", "mfu"]
     rows = [[name] + [med(v, k) for k in keys] for v, name in (("a", "(a) raytrainer fsdp"),
                                                                 ("b", "(b) hand-written FSDP2"))]
-    print_table(f"FSDP, {cfg.workers} x {cfg.device} ({len(rounds)} round(s), load after: "
-                f"{' '.join(f'{r['load_after']:.1f}' for r in rounds)})", ["variant"] + keys, rows)
+    loads = " ".join(f"{r['load_after']:.1f}" for r in rounds)
+    print_table(f"FSDP, {cfg.workers} x {cfg.device} ({len(rounds)} round(s), 1-min load average after each: "
+                f"{loads})", ["variant"] + keys, rows)
     mem_key = "cuda_peak_mb" if cfg.device == "cuda" else "rss_growth_mb"
     ratios = {"step_time a/b": statistics.median(r["a"]["median_ms"] / r["b"]["median_ms"] for r in rounds),
               f"{mem_key} a/b": statistics.median(r["a"][mem_key] / max(r["b"][mem_key], 1e-9) for r in rounds),
