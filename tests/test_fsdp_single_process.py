@@ -55,7 +55,6 @@ def test_load_best_model_at_end_loads_the_best_sharded_checkpoint(tmp_path):
     best = trainer.state.best_model_checkpoint
     evals = {h["step"]: h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h}
     assert best.endswith(f"checkpoint-{max(evals, key=evals.get)}") and not best.endswith("checkpoint-6")
-    assert os.path.isdir(
-        os.path.join(best, "pytorch_model_fsdp_0"))
+    assert os.path.isdir(os.path.join(best, "pytorch_model_fsdp_0"))
     exported = safetensors.torch.load_file(consolidate(best, str(tmp_path / "best")))
     assert_same_weights(exported, weights(trainer.model), atol=0)
