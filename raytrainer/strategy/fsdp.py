@@ -38,7 +38,10 @@ class FSDPStrategy(Strategy):
         dtype = compute_dtype(self.args)
         # Compute in bf16/fp16, but reduce gradients in fp32: summing many low-precision shards loses bits.
         mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
-        offload = CPUOffloadPolicy() if config.get("cpu_offload") else OffloadPolicy()
+        # Offloading moves shards to pinned host memory between uses; on a CPU device they already live there
+        # (and pinning needs an accelerator), so there it changes nothing and is skipped.
+        offload = CPUOffloadPolicy() if config.get("cpu_offload") and self.ctx.device.type != "cpu" \
+            else OffloadPolicy()
         options = dict(mp_policy=mp, offload_policy=offload,
                        reshard_after_forward=config.get("reshard_after_forward", True))
         for block in blocks:  # innermost first
