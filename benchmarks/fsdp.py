@@ -9,8 +9,9 @@ max_grad_norm=1.0, FSDP2 `fully_shard` per block then the root, bf16 MixedPrecis
   a  raytrainer, strategy="fsdp", num_workers=N (Ray Train V2 worker group)
   b  hand-written FSDP2 loop: torch.multiprocessing.spawn, N processes, gloo (CPU) or NCCL (GPU)
 Step time: start of each optimizer step on rank 0; steady state = median after the first --warmup fraction.
-Memory: on GPU, torch.cuda.max_memory_allocated on rank 0; on CPU, rank 0's peak RSS and its growth from the
-first step to the end (a Ray worker's RSS includes Ray itself, so the growth is the comparable part).
+Memory: on GPU, torch.cuda.max_memory_allocated on rank 0; on CPU, rank 0's peak RSS and the growth of the peak
+over the RSS at the first step (a Ray worker's RSS includes Ray itself, so the growth is the comparable part;
+with the small CPU model both are dominated by allocator noise).
 Throughput: tokens/s over all processes; MFU = 6 * params * tokens/s / (N * --peak-tflops) (GPU only).
 Ratios are reported, never asserted.
 """
@@ -127,8 +128,9 @@ def shard(model: nn.Module, cfg: Config):
 
 
 def memory_now() -> dict:
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    out = {"peak_rss_mb": rss_mb}
+    with open("/proc/self/statm") as f:  # Linux: resident pages are the second field
+        rss_mb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    out = {"rss_mb": rss_mb, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return out
@@ -230,7 +232,7 @@ def summarise(stamps: dict, cfg: Config, params: int) -> dict:
     stats = step_stats(stamps["perf"], cfg.warmup)
     tokens_per_s = cfg.batch * cfg.seq * cfg.workers / (stats["median_ms"] / 1e3)
     out = {**stats, "tokens_per_s": tokens_per_s, "peak_rss_mb": stamps["end"]["peak_rss_mb"],
-           "rss_growth_mb": stamps["end"]["peak_rss_mb"] - stamps["first"]["peak_rss_mb"]}
+           "rss_growth_mb": stamps["end"]["peak_rss_mb"] - stamps["first"]["rss_mb"]}
     if "cuda_peak_mb" in stamps["end"]:
         out["cuda_peak_mb"] = stamps["end"]["cuda_peak_mb"]
         out["mfu"] = 6 * params * tokens_per_s / (cfg.workers * cfg.peak_tflops * 1e12)
@@ -291,7 +293,8 @@ def report(cfg: Config, params: int, rounds: list, opts):
                 f"{loads})", ["variant"] + keys, rows)
     mem_key = "cuda_peak_mb" if cfg.device == "cuda" else "rss_growth_mb"
     ratios = {"step_time a/b": statistics.median(r["a"]["median_ms"] / r["b"]["median_ms"] for r in rounds),
-              f"{mem_key} a/b": statistics.median(r["a"][mem_key] / max(r["b"][mem_key], 1e-9) for r in rounds),
+              f"{mem_key} a/b": statistics.median(r["a"][mem_key] / r["b"][mem_key] if r["b"][mem_key] >= 1
+                                                   else float("nan") for r in rounds),
               "peak_rss a/b": statistics.median(r["a"]["peak_rss_mb"] / r["b"]["peak_rss_mb"] for r in rounds)}
     if cfg.device == "cuda":
         ratios["mfu a/b"] = statistics.median(r["a"]["mfu"] / r["b"]["mfu"] for r in rounds)
