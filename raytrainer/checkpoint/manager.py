@@ -11,12 +11,11 @@ a barrier; only then does rank 0 write the small files and the commit marker, in
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
-from ..worker.context import WorkerContext
-import logging
-
 from ..data.global_batch import accumulation_to_keep
+from ..worker.context import WorkerContext
 from . import manifest
 from .listing import TRAINER_STATE_NAME, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
