@@ -16,13 +16,14 @@ from typing import Any, Optional, Union
 
 from .checkpoint.storage import absolute_if_local, join
 from .errors import ConfigError
+from .strategy.fsdp_config import normalise_config, parse_fsdp
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_free_adamw", "schedule_free_sgd",
               "schedule_free_radam")
 INTERVALS = ("no", "steps", "epoch")
 SAVE_INTERVALS = ("no", "steps", "epoch", "best")
-STRATEGIES = ("ddp",)
+STRATEGIES = ("ddp", "fsdp")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 
 # Fields that are ours (not in HF's TrainingArguments); listed so docs and the parser can say so.
@@ -127,6 +128,26 @@ class TrainingArguments:
         "Normalise the loss by the label tokens of the whole global batch (all ranks, all micro-steps).",
         default=True)
 
+    # --- precision, memory, compilation (HF names) ---
+    bf16: bool = _help("Mixed precision in bfloat16 (autocast; under FSDP a MixedPrecisionPolicy). CPUs and "
+                       "Ampere+ GPUs.", default=False)
+    fp16: bool = _help("Mixed precision in float16 with a gradient scaler. GPUs only.", default=False)
+    gradient_checkpointing: bool = _help("Recompute each block's activations in backward to save memory.",
+                                         default=False)
+    gradient_checkpointing_kwargs: Optional[Union[dict, str]] = _help(
+        "Arguments for gradient checkpointing, e.g. {'use_reentrant': False}.", default=None)
+    torch_compile: bool = _help("torch.compile the model's blocks.", default=False)
+    torch_compile_backend: Optional[str] = _help("torch.compile backend (implies torch_compile); default "
+                                                 "'inductor'.", default=None)
+    torch_compile_mode: Optional[str] = _help("torch.compile mode (implies torch_compile), e.g. "
+                                              "'reduce-overhead'.", default=None)
+    fsdp: Optional[str] = _help(  # a list of options or True are accepted too, as in HF
+        "HF's FSDP switch: 'full_shard auto_wrap', 'shard_grad_op auto_wrap', 'full_shard offload auto_wrap'. "
+        "Sets strategy='fsdp' (FSDP2).", default=None)
+    fsdp_config: Optional[Union[dict, str]] = _help(
+        "FSDP options: transformer_layer_cls_to_wrap (block class names), reshard_after_forward, cpu_offload, "
+        "activation_checkpointing. A dict, JSON text or a JSON file path.", default=None)
+
     # --- distributed (ours) ---
     num_workers: int = _help("Training workers (one per GPU or CPU slot). 0 runs in the driver process, "
                              "for debugging and notebooks.", default=1)
@@ -134,7 +155,8 @@ class TrainingArguments:
                                     default=None)
     resources_per_worker: Optional[dict] = _help("Ray resources per worker, e.g. {'CPU': 4, 'GPU': 1}.",
                                                  default=None)
-    strategy: str = _help(f"Parallelism: one of {', '.join(STRATEGIES)}.", default="ddp")
+    strategy: str = _help(f"Parallelism: one of {', '.join(STRATEGIES)} (fsdp: FSDP2, sharded checkpoints).",
+                          default="ddp")
     max_failures: int = _help("Worker-group restarts Ray Train may attempt from the newest committed "
                               "checkpoint (-1: unlimited).", default=0)
     ray_address: Optional[str] = _help("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
@@ -176,6 +198,7 @@ class TrainingArguments:
         if isinstance(self.label_names, str):
             self.label_names = [self.label_names]
         self._resolve_reporting()
+        self._normalise_precision_and_fsdp()
         if self.eval_steps is None and self.eval_strategy == "steps":
             self.eval_steps = self.logging_steps
         # HF's order: default the metric first, then derive greater_is_better only if the user left it unset.
@@ -184,6 +207,32 @@ class TrainingArguments:
         if self.greater_is_better is None and self.metric_for_best_model is not None:
             self.greater_is_better = not self.metric_for_best_model.endswith("loss")
         self._validate()
+
+    def _normalise_precision_and_fsdp(self):
+        if self.bf16 and self.fp16:
+            raise ConfigError("bf16=True and fp16=True: choose one precision (bf16 on CPUs and Ampere+ GPUs).")
+        if isinstance(self.gradient_checkpointing_kwargs, str):
+            try:
+                self.gradient_checkpointing_kwargs = json.loads(self.gradient_checkpointing_kwargs or "null")
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"gradient_checkpointing_kwargs={self.gradient_checkpointing_kwargs!r} is not "
+                                  f"valid JSON ({e}); write e.g. '{{\"use_reentrant\": false}}'.") from None
+        if self.gradient_checkpointing_kwargs is not None and not isinstance(self.gradient_checkpointing_kwargs,
+                                                                             dict):
+            raise ConfigError(f"gradient_checkpointing_kwargs={self.gradient_checkpointing_kwargs!r} must be a "
+                              "dict, e.g. {'use_reentrant': False}.")
+        if self.torch_compile_backend is not None or self.torch_compile_mode is not None:
+            self.torch_compile = True  # as HF: naming a backend or mode turns compilation on
+        if self.torch_compile and self.torch_compile_backend is None:
+            self.torch_compile_backend = "inductor"
+        options = parse_fsdp(self.fsdp)
+        if options:
+            self.strategy = "fsdp"  # HF's switch maps onto our strategy
+        if self.fsdp_config is not None and self.strategy != "fsdp":
+            raise ConfigError("fsdp_config is set but FSDP is off: set strategy='fsdp' (or fsdp='full_shard "
+                              "auto_wrap'), or drop fsdp_config.")
+        if self.strategy == "fsdp":
+            self.fsdp_config = normalise_config(self.fsdp_config, options)
 
     # ------------------------------------------------------------------ validation
     def _validate(self):

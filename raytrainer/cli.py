@@ -2,7 +2,8 @@
 
 `raytrainer train CONFIG.yaml [--key value ...]` trains the model and datasets a config names as
 `module:function` references; `raytrainer checkpoints OUTPUT_DIR` shows what a run directory (local or any
-fsspec URL) holds. Subcommands are argparse subparsers, each with its own `run` function. Errors about storage
+fsspec URL) holds; `raytrainer consolidate CHECKPOINT [OUT]` writes a sharded (FSDP) checkpoint's model as
+model.safetensors. Subcommands are argparse subparsers, each with its own `run` function. Errors about storage
 or configuration print their message and exit 2, without a traceback.
 """
 
@@ -174,6 +175,12 @@ def run_train(args: argparse.Namespace) -> int:
     trainer.save_state()
     print(f"trained {output.global_step} steps; model and train_results.json in {training_args.output_dir} "
           f"(checkpoints: raytrainer checkpoints {training_args.output_dir})")
+
+
+def run_consolidate(args: argparse.Namespace) -> int:
+    from .checkpoint.consolidate import consolidate
+
+    print(consolidate(args.checkpoint, args.out, _options(args.storage_option)))
     return 0
 
 
@@ -208,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
                              help="fsspec option for OUTPUT_DIR, e.g. endpoint_url=http://127.0.0.1:9000 "
                                   "(repeatable; dotted keys nest, JSON objects are decoded)")
     checkpoints.set_defaults(run=run_checkpoints)
+
+    consolidate = commands.add_parser("consolidate", help="write a sharded (FSDP) checkpoint's model as "
+                                      "model.safetensors", description="Read the shards of an FSDP checkpoint "
+                                      "one tensor at a time and write model.safetensors (and config.json) to OUT.")
+    consolidate.add_argument("checkpoint", metavar="CHECKPOINT", help="a committed checkpoint-<step> directory")
+    consolidate.add_argument("out", metavar="OUT", nargs="?", help="where to write (default: CHECKPOINT itself)")
+    consolidate.add_argument("--storage-option", action="append", type=_storage_option, metavar="KEY=VALUE",
+                             help="fsspec option for CHECKPOINT and OUT (repeatable, as for `checkpoints`)")
+    consolidate.set_defaults(run=run_consolidate)
     return parser
 
 

@@ -113,3 +113,48 @@ def _unpicklable_attribute(trainer) -> Optional[str]:
         except Exception:
             return name
     return None
+
+
+def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[str]):
+    """Precision, compilation, FSDP wrapping and a resume at another world size: checked here, where we know
+    whether the workers get GPUs (`use_gpu`: the cluster's GPUs, or CUDA in this process for num_workers=0)."""
+    args = trainer.args
+    if args.fp16 and not use_gpu:
+        raise ConfigError("fp16=True needs GPUs, but the workers run on CPU (use_gpu is off, the cluster has no "
+                          "GPUs, or num_workers=0 without CUDA). Use bf16=True on CPU, or run on GPUs.")
+    if args.bf16 and use_gpu and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"bf16=True, but this machine's GPU ({torch.cuda.get_device_name()}) has no bf16 support: "
+                          "use fp16=True instead.")
+    if args.torch_compile:
+        import torch._dynamo
+
+        backends = torch._dynamo.list_backends(exclude_tags=())
+        if args.torch_compile_backend not in backends:
+            raise ConfigError(f"torch_compile_backend={args.torch_compile_backend!r} is not a torch.compile backend "
+                              f"here; choose one of {', '.join(sorted(backends))}.")
+    if args.strategy == "fsdp" and trainer.model is not None:
+        from .strategy.blocks import check_wrap_classes
+
+        check_wrap_classes(trainer.model, (args.fsdp_config or {}).get("transformer_layer_cls_to_wrap"))
+    if resume_url is not None:
+        _check_resume(trainer, resume_url)
+
+
+def _check_resume(trainer, resume_url: str):
+    from .checkpoint.listing import read_trainer_state
+    from .checkpoint.sharded import MODEL_DIR, is_sharded
+    from .data.global_batch import accumulation_to_keep
+    from .state import OWN_STATE_KEY
+
+    args = trainer.args
+    sharded = is_sharded(resume_url, args.storage_options)
+    if sharded != (args.strategy == "fsdp"):
+        raise ConfigError(
+            f"resume_from_checkpoint={resume_url!r} is a sharded FSDP checkpoint ({MODEL_DIR}/): resume it with "
+            "strategy='fsdp', or turn it into model.safetensors with `raytrainer consolidate` and start a new run "
+            "from those weights." if sharded else
+            f"resume_from_checkpoint={resume_url!r} is a full (DDP) checkpoint and strategy='fsdp' resumes from "
+            "sharded ones: resume it with strategy='ddp', or start the FSDP run from its weights.")
+    state = read_trainer_state(resume_url, args.storage_options) or {}
+    own = (state.get("stateful_callbacks") or {}).get(OWN_STATE_KEY)
+    accumulation_to_keep(own, args, max(args.num_workers, 1))  # raises when the global batch cannot be kept

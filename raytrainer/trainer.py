@@ -101,6 +101,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         self._connect_and_check_storage()
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
                                           else args.resume_from_checkpoint)
+        preflight.check_strategy_and_precision(self, self._use_gpu(), resume_url)
         run_id = uuid.uuid4().hex[:12]
         job = {"kind": "train", "run_id": run_id, "resume_from": resume_url}
         self.state = TrainerState()

@@ -20,16 +20,19 @@ from .storage import exists, get_fs, is_local, join, local_path
 
 
 def write_snapshot(snapshot: Snapshot, ckpt_url: str, save_model: Callable[[str, dict], None],
-                   storage_options: Optional[dict] = None) -> dict:
-    """Write every file of `snapshot` under `ckpt_url`, then commit. Returns the manifest."""
-    if exists(ckpt_url, storage_options):  # a leftover of the same step: un-commit it before rewriting
+                   storage_options: Optional[dict] = None, written: Optional[dict] = None) -> dict:
+    """Write every file of `snapshot` under `ckpt_url`, then commit. Returns the manifest.
+
+    `written`: files already under `ckpt_url` ({relative path: size}, e.g. every rank's FSDP shards), listed
+    in the manifest with ours; without it, a leftover directory of the same step is deleted first."""
+    if written is None and exists(ckpt_url, storage_options):  # a leftover of the same step: un-commit it
         manifest.delete(ckpt_url, storage_options)
     staging = local_path(ckpt_url) if is_local(ckpt_url) else tempfile.mkdtemp(prefix="raytrainer-ckpt-")
     try:
         os.makedirs(staging, exist_ok=True)
         save_model(staging, snapshot.model_state)
         snapshot.write_state_files(staging)
-        files = _sizes(staging)
+        files = {**(written or {}), **_sizes(staging)}
         if not is_local(ckpt_url):
             fs, path = get_fs(ckpt_url, storage_options)
             fs.put(staging.rstrip("/") + "/", path, recursive=True)
@@ -61,10 +64,11 @@ class CheckpointWriter:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
 
-    def submit(self, snapshot: Snapshot, save_model: Callable[[str, dict], None], best_url: Optional[str]):
+    def submit(self, snapshot: Snapshot, save_model: Callable[[str, dict], None], best_url: Optional[str],
+               written: Optional[dict] = None):
         self.wait()
         ckpt_url = join(self.output_dir, f"checkpoint-{snapshot.step}")
-        job = lambda: self._write(snapshot, ckpt_url, save_model, best_url)  # noqa: E731
+        job = lambda: self._write(snapshot, ckpt_url, save_model, best_url, written)  # noqa: E731
         if not self.save_async:
             return job()
         self._thread = threading.Thread(target=self._guarded, args=(job,), name="raytrainer-ckpt", daemon=True)
@@ -76,8 +80,8 @@ class CheckpointWriter:
         except BaseException as exc:  # surfaced in the training thread at the next wait()
             self._error = exc
 
-    def _write(self, snapshot, ckpt_url, save_model, best_url):
-        write_snapshot(snapshot, ckpt_url, save_model, self.storage_options)
+    def _write(self, snapshot, ckpt_url, save_model, best_url, written=None):
+        write_snapshot(snapshot, ckpt_url, save_model, self.storage_options, written)
         retention.rotate(self.output_dir, self.save_total_limit, best_url, self.storage_options)
         self.on_commit(snapshot.step, ckpt_url)
 

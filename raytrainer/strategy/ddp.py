@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import List
+
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -22,8 +24,7 @@ class _DDP(DistributedDataParallel):
 class DDPStrategy(Strategy):
     name = "ddp"
 
-    def setup(self, model: nn.Module) -> nn.Module:
-        model = model.to(self.ctx.device)
+    def wrap(self, model: nn.Module, blocks: List[nn.Module]) -> nn.Module:
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
         return _DDP(model, device_ids=device_ids)
 

@@ -106,6 +106,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
     loss_sum, count = None, 0  # loss_sum stays None when the model gives no loss (no labels)
     buffer = PredictionBuffer(args.eval_accumulation_steps)
+    batch = None
     for batch in dataloader:
         size = _batch_size(batch)
         loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
@@ -117,6 +118,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         buffer.add(_detached(logits), _detached(label))
         if on_step is not None:
             on_step("prediction_step")
+    _match_forward_passes(trainer, model, dataloader, batch, prediction_loss_only, ignore_keys)
     trainer._eval_peak_device_bytes = buffer.peak_device_bytes
     preds, labels = buffer.concatenated()
 
@@ -139,6 +141,26 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         metrics[f"{metric_key_prefix}_samples_per_second"] = round(num_samples / max(runtime, 1e-9), 3)
     metrics = ctx.broadcast_object(metrics)
     return PredictionOutput(predictions=all_preds, label_ids=all_labels, metrics=metrics)
+
+
+def _match_forward_passes(trainer, model, dataloader, last_batch, prediction_loss_only, ignore_keys):
+    """Under a sharded strategy (FSDP) every forward pass gathers parameters with the other ranks, so every
+    rank must run as many as the rank with the most batches: the others repeat a batch of theirs (or the
+    dataset's first sample) and discard the result. Replicated strategies need no such thing."""
+    ctx = trainer.ctx
+    if not (getattr(trainer.strategy, "shards_state", False) and ctx.distributed):
+        return
+    mine = len(dataloader)
+    most = int(ctx.all_reduce_max(torch.tensor(mine, device=ctx.device)).item())
+    if most == mine:
+        return
+    filler = last_batch
+    if filler is None:
+        subset = dataloader.dataset
+        base = getattr(subset, "dataset", subset)
+        filler = dataloader.collate_fn([base[0]])
+    for _ in range(most - mine):
+        trainer.prediction_step(model, filler, prediction_loss_only, ignore_keys=ignore_keys)
 
 
 def _plain(value: Any) -> Any:

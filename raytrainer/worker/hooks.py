@@ -145,20 +145,25 @@ class WorkerHooks:
             return bool(self.loss_is_scaled_for_ga)
         return self._loss_scaled_by_items
 
+    def compute_loss_context_manager(self):
+        """HF's name: the context of the forward and loss (autocast under bf16/fp16)."""
+        return self.strategy.autocast()
+
     def training_step(self, model, inputs: dict, num_items_in_batch: Optional[int] = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns the detached loss (its share of the step's loss)."""
         model.train()
         inputs = self._prepare_inputs(inputs)
-        loss = self._call_compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        with self.compute_loss_context_manager():
+            loss = self._call_compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         scaled = self._loss_is_scaled()
         # A per-micro-batch mean is averaged over the accumulated micro-steps; a filler batch weighs zero.
         share = self._loss_weight / (1 if scaled else self._accumulation_steps_now)
-        # DDP averages gradients over ranks: a loss normalised by the global item count must be summed, so it
-        # is multiplied by the world size; a per-rank mean is averaged, as DDP does.
+        # DDP/FSDP average gradients over ranks: a loss normalised by the global item count must be summed, so
+        # it is multiplied by the world size; a per-rank mean is averaged, as DDP does.
         self._step_loss_is_global = (scaled and num_items_in_batch is not None
                                      and self.args.average_tokens_across_devices)
         scale = share * (self.ctx.world_size if self._step_loss_is_global else 1)
-        (loss * scale if scale != 1 else loss).backward()
+        self.strategy.backward(loss * scale if scale != 1 else loss)
         return loss.detach() * share if share != 1 else loss.detach()
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):

@@ -32,6 +32,7 @@ import torch
 
 from ..checkpoint.manager import CheckpointManager
 from ..data.columns import count_label_items
+from ..data.global_batch import global_batch_size
 from ..data.sampler import DistributedBatchSampler
 from ..optim import optimizer_eval_mode, optimizer_train_mode
 from ..state import TrainerControl, TrainerState, TrainOutput
@@ -83,9 +84,13 @@ class TrainLoop:
         trainer, args, ctx = self.trainer, self.args, self.ctx
         set_seed(args.seed)
         model = trainer.model_init() if trainer.model_init is not None else trainer.model
-        trainer.strategy = make_strategy(args.strategy, ctx)
+        trainer.strategy = make_strategy(args, ctx)
         trainer.model_wrapped = trainer.strategy.setup(model)
         trainer.model = trainer.strategy.unwrap(trainer.model_wrapped)
+        self.checkpoints = CheckpointManager(trainer, ctx, self.emitter, self.run_id)
+        url = self.checkpoints.find_resume_url(self.resume_from)
+        if url is not None:  # before planning: another world size changes the accumulation (same global batch)
+            self.checkpoints.keep_global_batch(url)
         self.dataloader = trainer._train_dataloader = trainer.get_train_dataloader()
         sampler = self.dataloader.batch_sampler
         self.sampler = sampler if isinstance(sampler, DistributedBatchSampler) else None
@@ -99,11 +104,10 @@ class TrainLoop:
             eval_steps=args.resolve_interval(args.eval_steps, self.plan.max_steps),
             save_steps=args.resolve_interval(args.save_steps, self.plan.max_steps),
             train_batch_size=args.per_device_train_batch_size)
-        self.checkpoints = CheckpointManager(trainer, ctx, self.emitter, self.run_id)
-        url = self.checkpoints.find_resume_url(self.resume_from)
         if url is not None:
             state = self._resume(url, state)
-        state.own.update(run_id=self.run_id, world_size=ctx.world_size)
+        state.own.update(run_id=self.run_id, world_size=ctx.world_size,
+                         global_batch_size=global_batch_size(args, ctx.world_size))
         # Per-rank facts: a restored state carries rank 0's.
         state.is_local_process_zero, state.is_world_process_zero = ctx.local_rank == 0, ctx.is_main
         trainer.state = state
@@ -222,9 +226,9 @@ class TrainLoop:
         trainer, args = self.trainer, self.args
         grad_norm = None
         if args.max_grad_norm > 0:
-            grad_norm = trainer.strategy.clip_grad_norm(trainer.model_wrapped, args.max_grad_norm)
+            grad_norm = trainer.strategy.clip_grad_norm(trainer.model_wrapped, args.max_grad_norm, trainer.optimizer)
         self.events.fire("pre_optimizer_step")
-        trainer.optimizer.step()
+        trainer.strategy.optimizer_step(trainer.optimizer)
         self.events.fire("optimizer_step")
         trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -319,9 +323,7 @@ class TrainLoop:
         trainer, args = self.trainer, self.args
         self._optimizer_mode("eval")  # the weights a schedule-free optimizer evaluates with are the result
         if args.load_best_model_at_end and state.best_model_checkpoint:
-            from ..checkpoint.model_io import load_into, load_model_state
-
-            load_into(trainer.model, load_model_state(state.best_model_checkpoint, args.storage_options))
+            self.checkpoints.load_model(state.best_model_checkpoint)
         total = self.meter.totals(self.ctx)
         train_loss = total["loss_sum"] / max(total["steps"], 1)
         metrics = {
@@ -332,11 +334,11 @@ class TrainLoop:
         }
         self._record(state, {**metrics, "step": state.global_step})
         self.events.fire("train_end")
+        # No copy here on the CPU: the driver copies it into its model (in-process), or entry.py puts it into
+        # the object store (one copy, into shared memory).
+        model_state = trainer.strategy.host_state_dict(trainer.model_wrapped)  # all ranks: FSDP gathers here
         if not self.ctx.is_main:
             return None
-        # No copy here: the driver copies it into its model (in-process), or entry.py puts it into the
-        # object store (one copy, into shared memory).
-        model_state = trainer.strategy.model_state_dict(trainer.model_wrapped)
         return {"state": state.to_json_string(), "model_state": model_state,
                 "train_output": TrainOutput(state.global_step, train_loss, metrics)}
 

@@ -1,0 +1,110 @@
+"""Sharded checkpoints under FSDP: every rank writes its own shards with torch.distributed.checkpoint (DCP),
+through fsspec (local disk, S3, ...), and reads back whatever part of each tensor it now owns: a checkpoint
+written by N ranks loads on M ranks (DCP plans the resharding from the tensors' global offsets).
+
+Layout, with Hugging Face's directory names (accelerate writes FSDP checkpoints the same way):
+
+    checkpoint-{step}/pytorch_model_fsdp_0/   .metadata (rank 0) + __{rank}_0.distcp (each rank's shards)
+    checkpoint-{step}/optimizer_0/            the optimizer state, keyed by parameter name, same scheme
+
+Every other file (trainer_state.json, scheduler.pt, rng_state_*.pth, training_args.json) and the commit
+marker are rank 0's, written after every rank's shards are durable (see manager.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Optional
+
+from torch import nn
+
+from .storage import exists, join
+
+MODEL_DIR = "pytorch_model_fsdp_0"
+OPTIMIZER_DIR = "optimizer_0"
+
+
+def is_sharded(ckpt_url: str, storage_options: Optional[dict] = None) -> bool:
+    return exists(join(ckpt_url, MODEL_DIR), storage_options)
+
+
+def _writer(url: str, storage_options: Optional[dict]):
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    from .storage import is_local, local_path
+
+    if is_local(url):
+        return FileSystemWriter(local_path(url), single_file_per_rank=True, sync_files=True)
+    return FsspecWriter(url, single_file_per_rank=True, **_fs_options(url, storage_options))
+
+
+def _reader(url: str, storage_options: Optional[dict]):
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    from .storage import is_local, local_path
+
+    if is_local(url):
+        return FileSystemReader(local_path(url))
+    return FsspecReader(url, **_fs_options(url, storage_options))
+
+
+def _fs_options(url: str, storage_options: Optional[dict]) -> dict:
+    from .storage import S3_PROTOCOLS, protocol
+
+    options = dict(storage_options or {})
+    if protocol(url) in S3_PROTOCOLS:  # as storage.get_fs: other ranks' files must be visible at once
+        options.setdefault("use_listings_cache", False)
+    return options
+
+
+@contextlib.contextmanager
+def _one_process_is_intended():
+    """DCP warns when it runs without a process group; for num_workers=0 that is what we mean."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict] = None):
+    """Collective: every rank writes its shards of the model (and the optimizer, when given)."""
+    with _one_process_is_intended():
+        _save_sharded(model, optimizer, ckpt_url, storage_options)
+
+
+def _save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict]):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    dcp.save(get_model_state_dict(model), storage_writer=_writer(join(ckpt_url, MODEL_DIR), storage_options))
+    if optimizer is not None:
+        state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+        dcp.save(state, storage_writer=_writer(join(ckpt_url, OPTIMIZER_DIR), storage_options))
+
+
+def load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict] = None):
+    """Collective: load this rank's part of the model (and optimizer) state, whatever world size wrote it."""
+    with _one_process_is_intended():
+        _load_sharded(model, optimizer, ckpt_url, storage_options)
+
+
+def _load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict]):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
+
+    model_state = get_model_state_dict(model)
+    try:
+        dcp.load(model_state, storage_reader=_reader(join(ckpt_url, MODEL_DIR), storage_options))
+    except Exception as exc:  # DCP names missing keys / shape mismatches; say which checkpoint and model
+        raise RuntimeError(f"Checkpoint {ckpt_url} does not match the model ({type(model).__name__}): {exc}") \
+            from exc
+    set_model_state_dict(model, model_state)
+    if optimizer is not None:
+        # A fresh optimizer has no state yet: get_optimizer_state_dict creates it (a zero-lr step), so DCP has
+        # tensors of the right shape and sharding to load into.
+        state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+        dcp.load(state, storage_reader=_reader(join(ckpt_url, OPTIMIZER_DIR), storage_options))
+        set_optimizer_state_dict(model, optimizer, state["optimizer"])
