@@ -47,7 +47,8 @@ def blocks_args(output_dir: str, **kw) -> TrainingArguments:
     return TrainingArguments(**base)
 
 
-def train_blocks(output_dir: str, n: int = 24, trainer_cls=Trainer, resume=None, **kw) -> Trainer:
-    trainer = trainer_cls(model=make_blocks(), args=blocks_args(output_dir, **kw), train_dataset=TokenData(n))
+def train_blocks(output_dir: str, n: int = 24, trainer_cls=Trainer, resume=None, eval_n: int = 0, **kw) -> Trainer:
+    trainer = trainer_cls(model=make_blocks(), args=blocks_args(output_dir, **kw), train_dataset=TokenData(n),
+                          eval_dataset=TokenData(eval_n, seed=9) if eval_n else None)
     trainer.train(resume_from_checkpoint=resume)
     return trainer

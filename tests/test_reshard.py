@@ -70,9 +70,13 @@ def test_fsdp_checkpoint_of_1_worker_resumes_at_2_workers_locally(tmp_path, s3_r
     # One process (num_workers=0): FSDP keeps the model whole but writes the same sharded format.
     train_blocks(out, strategy="fsdp", num_workers=0, gradient_accumulation_steps=2, max_steps=3,
                  save_strategy="steps", save_steps=3, **COMMON)
+    # With an evaluation at step 6 on 13 samples in batches of 3 (rank 0: 3 batches, rank 1: 2): fully
+    # sharded, every forward pass gathers with the other rank, so rank 1 runs a discarded third one.
     resumed = train_blocks(out, strategy="fsdp", num_workers=2, gradient_accumulation_steps=2,
-                           save_strategy="steps", save_steps=3, resume=True, **COMMON)
+                           save_strategy="steps", save_steps=3, resume=True, eval_n=13, eval_strategy="steps",
+                           eval_steps=3, per_device_eval_batch_size=3, **COMMON)
     assert resumed.state.global_step == 6
+    assert [h["step"] for h in resumed.state.log_history if "eval_loss" in h] == [6]
     assert_same_weights(weights(resumed.model), s3_reference[0])
     assert _training_args(join(out, "checkpoint-6"), None)["gradient_accumulation_steps"] == 1
 

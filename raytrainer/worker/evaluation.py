@@ -106,6 +106,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
     loss_sum, count = None, 0  # loss_sum stays None when the model gives no loss (no labels)
     buffer = PredictionBuffer(args.eval_accumulation_steps)
+    missing = _passes_behind(trainer, dataloader)  # a collective: before any forward pass
     batch = None
     for batch in dataloader:
         size = _batch_size(batch)
@@ -118,7 +119,8 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         buffer.add(_detached(logits), _detached(label))
         if on_step is not None:
             on_step("prediction_step")
-    _match_forward_passes(trainer, model, dataloader, batch, prediction_loss_only, ignore_keys)
+    if missing:
+        _filler_passes(trainer, model, dataloader, batch, missing, prediction_loss_only, ignore_keys)
     trainer._eval_peak_device_bytes = buffer.peak_device_bytes
     preds, labels = buffer.concatenated()
 
@@ -143,23 +145,26 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     return PredictionOutput(predictions=all_preds, label_ids=all_labels, metrics=metrics)
 
 
-def _match_forward_passes(trainer, model, dataloader, last_batch, prediction_loss_only, ignore_keys):
+def _passes_behind(trainer, dataloader) -> int:
     """Under a sharded strategy (FSDP) every forward pass gathers parameters with the other ranks, so every
-    rank must run as many as the rank with the most batches: the others repeat a batch of theirs (or the
-    dataset's first sample) and discard the result. Replicated strategies need no such thing."""
+    rank must run as many as the rank with the most batches: how many this rank is short of that. (Agreed
+    before the first pass, or the count's all-reduce would meet another rank's gather.) Replicated
+    strategies need nothing."""
     ctx = trainer.ctx
     if not (getattr(trainer.strategy, "shards_state", False) and ctx.distributed):
-        return
+        return 0
     mine = len(dataloader)
-    most = int(ctx.all_reduce_max(torch.tensor(mine, device=ctx.device)).item())
-    if most == mine:
-        return
+    return int(ctx.all_reduce_max(torch.tensor(mine, device=ctx.device)).item()) - mine
+
+
+def _filler_passes(trainer, model, dataloader, last_batch, count: int, prediction_loss_only, ignore_keys):
+    """Forward passes whose results are discarded: a batch of this rank's again (or the first sample)."""
     filler = last_batch
     if filler is None:
         subset = dataloader.dataset
         base = getattr(subset, "dataset", subset)
         filler = dataloader.collate_fn([base[0]])
-    for _ in range(most - mine):
+    for _ in range(count):
         trainer.prediction_step(model, filler, prediction_loss_only, ignore_keys=ignore_keys)
 
 
