@@ -175,6 +175,7 @@ def run_train(args: argparse.Namespace) -> int:
     trainer.save_state()
     print(f"trained {output.global_step} steps; model and train_results.json in {training_args.output_dir} "
           f"(checkpoints: raytrainer checkpoints {training_args.output_dir})")
+    return 0
 
 
 def run_consolidate(args: argparse.Namespace) -> int:

@@ -45,6 +45,9 @@ def quiet_driver(args=None):
 
 # Lines of Ray's own processes that the driver drops unless verbose (matched against each forwarded line).
 INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher'")
+# Internal lines followed by a traceback of Ray's own, dropped up to its exception line.
+INTERNAL_TRACEBACKS = re.compile(r"Failed to stop PlacementGroupCleaner gracefully")
+INTERNAL_EXCEPTION = re.compile(r"^[\w.]+(Error|Exception)\b")
 INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner"})
 
 
@@ -66,12 +69,31 @@ def filter_forwarded_logs():
         def filtered(data):
             if data.get("actor_name") in INTERNAL_ACTORS:
                 return
-            lines = [line for line in data.get("lines", []) if not INTERNAL_LINES.search(line)]
+            lines = _without_internal(data.get("lines", []))
             if lines:
                 original({**data, "lines": lines})
         filtered.raytrainer_filter = True
         dispatcher.handlers = [(name, filtered if name == "ray_print_logs" else handler)
                                for name, handler in dispatcher.handlers]
+
+
+def _without_internal(lines):
+    """Drop internal lines, and the traceback that follows an internal warning (up to its exception line)."""
+    kept, skipping = [], False
+    for line in lines:
+        if INTERNAL_LINES.search(line):
+            continue
+        if INTERNAL_TRACEBACKS.search(line):
+            skipping = True
+            continue
+        if skipping and (line.startswith((" ", "Traceback")) or not line.strip()):
+            continue
+        if skipping and INTERNAL_EXCEPTION.match(line):
+            skipping = False
+            continue
+        skipping = False
+        kept.append(line)
+    return kept
 
 
 def train_logging_config(args):

@@ -29,3 +29,14 @@ def test_quick_start_console_has_no_ray_internals_and_no_per_worker_repeats(tmp_
     assert sum("loss_type=None" in line for line in lines) <= 1  # shown once (by the driver's loss check)
     assert any(line.startswith("{loss=") for line in lines)  # the logs are there
     assert any("eval loss" in line for line in lines)  # and the results
+
+
+def test_the_forwarded_line_filter_drops_internal_notices_and_their_tracebacks_only():
+    from raytrainer.verbosity import _without_internal
+
+    lines = ["{loss=1.0}", "Failed to stop PlacementGroupCleaner gracefully.", "Traceback (most recent call last):",
+             '  File "x.py", line 1, in f', "ray.exceptions.GetTimeoutError: Get timed out", "user print",
+             "[2026 E 1 2] core_worker.cc:2465: Actor with class name: 'PreemptionWatcher' has ...",
+             "Traceback (most recent call last):", "ValueError: the user's own error"]
+    assert _without_internal(lines) == ["{loss=1.0}", "user print", "Traceback (most recent call last):",
+                                        "ValueError: the user's own error"]

@@ -27,13 +27,32 @@ def connect(address: str | None = None):
     paths = [p for p in (os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0] or "."))) if p]
     existing = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
     quiet_driver()
     # The dashboard stays on (Ray's default): Ray Train's placement-group cleaner queries the state API
     # it serves, and warns every few seconds without it.
     ray.init(address=address, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
     filter_forwarded_logs()
+
+
+def _running_local_cluster() -> str:
+    """The cluster `ray start` left its address for on this machine, if it answers; else "local" (a new
+    embedded Ray). Ray itself would try a stale address for a minute and fail: a cluster stopped without
+    `ray stop` leaves its file behind."""
+    import socket
+
+    from ray._private.utils import read_ray_address
+
+    found = read_ray_address()
+    if found:
+        host, _, port = found.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=1.0):
+                return found
+        except (OSError, ValueError):
+            pass
+    return "local"
 
 
 def worker_resources(args, use_gpu: bool) -> Dict[str, float]:
