@@ -26,8 +26,9 @@ URGENT = frozenset({"train_begin", "log", "evaluate", "save", "restart", "train_
 class EventSink:
     """Collects events from every worker, hands control decisions back, holds the result (from rank 0).
 
-    Run as an async Ray actor: methods that do not await run to completion in the order one caller sent
-    them, so a worker's events stay in order; `push_and_await` and `wait_events` wait without blocking."""
+    Run as an async Ray actor, so `push_and_await` and `wait_events` wait without blocking. Ray does not
+    promise that an async actor starts one caller's calls in order: the emitter makes its earlier pushes
+    land before it asks for a decision (`Emitter.request_control`)."""
 
     def __init__(self):
         self._events: List[Dict[str, Any]] = []
@@ -141,6 +142,7 @@ class Emitter:
         self._buffer: List[Dict[str, Any]] = []
         self._last_flush = time.monotonic()
         self._lock = threading.Lock()
+        self._in_flight: List[Any] = []  # refs of pushes not waited for
 
     def emit(self, kind: str, **payload: Any):
         # Checkpoint commits are reported from the writer thread: guard the buffer.
@@ -158,10 +160,21 @@ class Emitter:
     def flush(self, wait: bool = False):
         events = self._take()
         if events:
-            self._call("push", events, wait=wait)
+            ref = self._call("push", events, wait=wait)
+            if not wait and self._remote:
+                with self._lock:
+                    self._in_flight = [r for r in self._in_flight if not _done(r)] + [ref]
 
     def request_control(self) -> Dict[str, bool]:
-        """Send what is buffered and wait for the driver's control decision on it."""
+        """Send what is buffered and wait for the driver's control decision on it. An async actor may start
+        a later call before an earlier one: the pushes still in flight land first, so the driver decides on
+        every event up to this one."""
+        if self._remote:
+            import ray
+
+            with self._lock:
+                in_flight, self._in_flight = self._in_flight, []
+            ray.get(in_flight)
         return self._call("push_and_await", self._take(), wait=True)
 
     def last_failure(self) -> Optional[str]:
@@ -182,9 +195,16 @@ class Emitter:
         call_args = () if no_arg else (arg,)
         if not self._remote:
             return fn(*call_args)
-        ref = fn.remote(*call_args)  # actor calls from one caller run in order, so no event overtakes another
+        ref = fn.remote(*call_args)
         if wait:
             import ray
 
             return ray.get(ref)
-        return None
+        return ref
+
+
+def _done(ref) -> bool:
+    import ray
+
+    ready, _ = ray.wait([ref], timeout=0)
+    return bool(ready)
