@@ -19,8 +19,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-# Events that the driver should see as soon as they happen.
-URGENT = frozenset({"train_begin", "log", "evaluate", "save", "restart", "train_end", "error"})
+# Events that the driver should see as soon as they happen. Logs are not among them: with logging_steps=1
+# a send per step costs the 2 training processes CPU (measured 1.21x with, see benchmarks/events.py); they
+# reach the driver within `flush_interval_s`.
+URGENT = frozenset({"train_begin", "evaluate", "save", "restart", "train_end", "error"})
 
 
 class EventSink:
@@ -144,11 +146,13 @@ class Emitter:
         self._lock = threading.Lock()
         self._in_flight: List[Any] = []  # refs of pushes not waited for
 
-    def emit(self, kind: str, **payload: Any):
+    def emit(self, kind: str, hold: bool = False, **payload: Any):
+        """Buffer an event; send at once if urgent. `hold`: keep it for the control request that follows
+        (it then travels in that one call)."""
         # Checkpoint commits are reported from the writer thread: guard the buffer.
         with self._lock:
             self._buffer.append({"kind": kind, "rank": self.rank, "time": time.time(), **payload})
-        if kind in URGENT or time.monotonic() - self._last_flush >= self.flush_interval_s:
+        if not hold and (kind in URGENT or time.monotonic() - self._last_flush >= self.flush_interval_s):
             self.flush()
 
     def _take(self) -> List[Dict[str, Any]]:

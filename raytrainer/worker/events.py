@@ -36,9 +36,9 @@ class LoopEvents:
         local = [c for c in self.rank_callbacks if listens_to(c, event)]
         for callback in local:
             call(callback, event, trainer.args, state, control, **self._hf_kwargs(), **payload)
-        if self.ctx.is_main:
-            self.emitter.emit(event, global_step=state.global_step, epoch=state.epoch, **payload)
         ask = event in self.control_points
+        if self.ctx.is_main:  # an event the driver decides on travels with the request, in one call
+            self.emitter.emit(event, hold=ask, global_step=state.global_step, epoch=state.epoch, **payload)
         if not ask and not local:
             return control
         flags = [int(getattr(control, name)) for name in CONTROL_FLAGS]

@@ -14,6 +14,10 @@ import time
 import torch
 
 
+# Each rank's own figures since the last log, in the order `_rank_figures` returns them.
+RANK_FIGURES = ("step_time_s", "data_wait_s", "samples_per_second", "memory_mb")
+
+
 class Meter:
     def __init__(self, device):
         self.device = device
@@ -38,12 +42,17 @@ class Meter:
         self.busy += busy
 
     def flush(self, ctx, learning_rate: float) -> dict:
-        """The log record since the last flush (empty if no step ran), with `rank_stats` for every rank."""
-        mine = self._rank_figures(ctx.rank)
-        packed = torch.stack([self.loss, *(torch.tensor(float(v), dtype=torch.float64, device=self.device)
-                                           for v in (self.samples, self.tokens, self.steps))])
-        loss_sum, samples, tokens, steps = ctx.all_reduce_sum(packed).tolist()
-        ranks = ctx.all_gather_object(mine)
+        """The log record since the last flush (empty if no step ran), with `rank_stats` for every rank.
+        One all-reduce carries both the sums and each rank's own figures (a row per rank, zeros elsewhere)."""
+        rows = torch.zeros((ctx.world_size, len(RANK_FIGURES)), dtype=torch.float64, device=self.device)
+        rows[ctx.rank] = torch.tensor(self._rank_figures(), dtype=torch.float64)
+        sums = torch.stack([self.loss, *(torch.tensor(float(v), dtype=torch.float64, device=self.device)
+                                         for v in (self.samples, self.tokens, self.steps))])
+        reduced = ctx.all_reduce_sum(torch.cat([sums, rows.flatten()])).tolist()
+        loss_sum, samples, tokens, steps = reduced[:4]
+        figures = reduced[4:]
+        ranks = [{"rank": r, **{name: round(figures[r * len(RANK_FIGURES) + i], 5)
+                                for i, name in enumerate(RANK_FIGURES)}} for r in range(ctx.world_size)]
         steps /= ctx.world_size
         self.total = [self.total[0] + loss_sum, self.total[1] + samples, self.total[2] + steps]
         self.loss.zero_()
@@ -62,12 +71,10 @@ class Meter:
             logs["train_tokens_per_second"] = round(tokens / max(elapsed, 1e-9), 3)
         return {"logs": logs, "rank_stats": ranks}
 
-    def _rank_figures(self, rank: int) -> dict:
+    def _rank_figures(self) -> list:
         steps = max(self.steps, 1)
-        return {"rank": rank, "step_time_s": round(self.busy / steps, 5),
-                "data_wait_s": round(self.data_wait / steps, 5),
-                "samples_per_second": round(self.samples / max(self.busy, 1e-9), 3),
-                "memory_mb": round(_memory_mb(self.device), 1)}
+        return [self.busy / steps, self.data_wait / steps, self.samples / max(self.busy, 1e-9),
+                _memory_mb(self.device)]
 
     def totals(self, ctx) -> dict:
         self.flush(ctx, 0.0)  # fold in what was not logged yet
