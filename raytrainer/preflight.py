@@ -11,13 +11,14 @@ import cloudpickle
 import torch
 
 from .data.columns import LABEL_ALIASES, count_label_items, dataset_columns
+from .data.ray_data import check_train_length, is_ray_dataset, sample_rows
 from .errors import ConfigError
 
 DRIVER_ONLY = ("callback_handler",)
 
 
 def check_dataset(dataset: Any, name: str):
-    if dataset is None:
+    if dataset is None or is_ray_dataset(dataset):  # a Ray Dataset streams; its length may be unknown
         return
     if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
         raise ConfigError(f"{name} must be a map-style dataset (datasets.Dataset or a torch Dataset with "
@@ -36,6 +37,8 @@ def check_inputs(trainer, training: bool):
         if trainer.train_dataset is None:
             raise ConfigError("train() needs a train_dataset: pass Trainer(train_dataset=...).")
         check_dataset(trainer.train_dataset, "train_dataset")
+        if is_ray_dataset(trainer.train_dataset):
+            check_train_length(trainer.train_dataset, args)
     if args.eval_strategy != "no" and trainer.eval_dataset is None:
         raise ConfigError(f"eval_strategy={args.eval_strategy!r} needs an eval_dataset: pass "
                           "Trainer(eval_dataset=...) or set eval_strategy='no'.")
@@ -57,7 +60,8 @@ def check_loss(trainer, dataset: Any, dataset_name: str):
     model = trainer.model
     if model is None or dataset is None:
         return
-    batch = trainer._collator()([dataset[i] for i in range(min(2, len(dataset)))])
+    rows = sample_rows(dataset) if is_ray_dataset(dataset) else [dataset[i] for i in range(min(2, len(dataset)))]
+    batch = trainer._collator()(rows)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     was_training = model.training
@@ -72,7 +76,7 @@ def check_loss(trainer, dataset: Any, dataset_name: str):
 
 
 def _loss_failure(trainer, dataset, dataset_name: str, exc: Exception) -> str:
-    columns = dataset_columns(dataset) or []
+    columns = (list(sample_rows(dataset, 1)[0]) if is_ray_dataset(dataset) else dataset_columns(dataset)) or []
     present = set(columns) | ({"labels"} if set(LABEL_ALIASES) & set(columns) else set())
     missing = [n for n in trainer.label_names if n not in present]
     if missing and trainer.compute_loss_func is None:

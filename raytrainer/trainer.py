@@ -22,6 +22,7 @@ from .checkpoint.listing import newest_committed
 from .checkpoint.manifest import is_committed
 from .checkpoint.model_io import load_into, save_model_files
 from .coordinator import cluster, launcher
+from .data import ray_data
 from .errors import ConfigError, StorageError
 from .results import ResultsMixin
 from .state import PredictionOutput, TrainerState, TrainOutput
@@ -97,6 +98,8 @@ class Trainer(ResultsMixin, WorkerHooks):
             raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
         args = self.args
         preflight.check_inputs(self, training=True)
+        evals = self.eval_dataset.values() if isinstance(self.eval_dataset, dict) else [self.eval_dataset]
+        self._connect(self.train_dataset, *evals)
         preflight.check_loss(self, self.train_dataset, "train_dataset")
         self._connect_and_check_storage()
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
@@ -122,7 +125,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         for name, ds in datasets.items():
             preflight.check_dataset(ds, "eval_dataset")
             prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
-            self._connect()
+            self._connect(ds)
             result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys},
                                run_name=f"raytrainer-eval-{uuid.uuid4().hex[:8]}")
             metrics.update(result["metrics"])
@@ -133,7 +136,7 @@ class Trainer(ResultsMixin, WorkerHooks):
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> PredictionOutput:
         preflight.check_dataset(test_dataset, "test_dataset")
-        self._connect()
+        self._connect(test_dataset)
         result = self._run({"kind": "predict", "dataset": test_dataset, "prefix": metric_key_prefix,
                             "ignore_keys": ignore_keys}, run_name=f"raytrainer-predict-{uuid.uuid4().hex[:8]}")
         output = result["prediction"]
@@ -161,8 +164,9 @@ class Trainer(ResultsMixin, WorkerHooks):
             self.processing_class.save_pretrained(output_dir)
 
     # ------------------------------------------------------------------ internals
-    def _connect(self):
-        if self.args.num_workers > 0:
+    def _connect(self, *datasets):
+        """Join (or start) Ray when workers are needed, or when a Ray Dataset is read (also in process)."""
+        if self.args.num_workers > 0 or any(ray_data.is_ray_dataset(d) for d in datasets):
             cluster.connect(self.args.ray_address)
 
     def _use_gpu(self) -> bool:
@@ -208,16 +212,22 @@ class Trainer(ResultsMixin, WorkerHooks):
                "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
                               "replica": worker_level(self.args, 1, driver_ran_model=True)}}
         # The pickle carries no weights or large data: those go to the object store once (transfer.py).
-        packed = preflight.serialise(self, job)
+        in_process = self.args.num_workers == 0
+        # A ray.data.Dataset goes to Ray Train, not into the pickle (data/ray_data.py).
+        with ray_data.detached(self, job, in_process) as datasets:
+            packed = preflight.serialise(self, job)
+            row_counts = {name: ray_data.known_row_count(ds) for name, ds in datasets.items()}
         use_gpu = self._use_gpu()
         receive = receive or (lambda result: result)
-        if self.args.num_workers == 0:
+        if in_process:
             from . import transfer
 
             # Work on a copy, as a worker would: the driver's model changes only from the result.
             trainer, job = transfer.unpack(packed.payload, packed.data)
             return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
-        return launcher.run_on_ray(packed, self.callback_handler, self.args, use_gpu, run_name, receive)
+        data_config = ray_data.data_config(datasets, row_counts, self.args.dataloader_drop_last)
+        return launcher.run_on_ray(packed, self.callback_handler, self.args, use_gpu, run_name, receive,
+                                   datasets=datasets, data_config=data_config)
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:

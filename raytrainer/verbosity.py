@@ -2,7 +2,8 @@
 chatter lowered. One switch brings everything back: `log_level="debug"` or `RAYTRAINER_VERBOSE=1`.
 
 What is lowered, and where:
-- driver: Ray's token-authentication notice (token authentication itself stays on), MLflow's set-up lines;
+- driver: Ray's token-authentication notice (token authentication itself stays on), MLflow's set-up lines,
+  Ray Data's execution plans and progress lines (and those of its SplitCoordinator actor);
 - Ray Train's controller and worker lines (resource requests, worker-group start, process-group set-up):
   WARNING through Ray Train's own `LoggingConfig` in the run's `RunConfig`;
 - lines Ray forwards from its own processes that say nothing about the user's run: the core-worker notice
@@ -33,7 +34,8 @@ def verbose(args=None) -> bool:
 # Driver-side loggers whose INFO lines are notices, not results: Ray's token-authentication notice (the
 # authentication stays on), MLflow's and its store's set-up messages.
 QUIET_DRIVER_LOGGERS = {"ray._private.authentication.authentication_token_setup": logging.ERROR,
-                        "mlflow": logging.WARNING, "alembic": logging.WARNING}
+                        "mlflow": logging.WARNING, "alembic": logging.WARNING,
+                        "ray.data": logging.WARNING}  # execution plans and progress of every Ray Dataset
 
 
 def quiet_driver(args=None):
@@ -48,7 +50,8 @@ INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: 'Preem
 # Internal lines followed by a traceback of Ray's own, dropped up to its exception line.
 INTERNAL_TRACEBACKS = re.compile(r"Failed to stop PlacementGroupCleaner gracefully")
 INTERNAL_EXCEPTION = re.compile(r"^[\w.]+(Error|Exception)\b")
-INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner"})
+# Ray Data's SplitCoordinator (it streams a Ray Dataset to the training workers) prints progress lines.
+INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner", "SplitCoordinator"})
 
 
 def filter_forwarded_logs():

@@ -8,7 +8,7 @@ progress, logs and restarts show up live, and callbacks run where the user's cod
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from ..callbacks.base import CallbackHandler
 from ..callbacks.channel import DirectSink, Emitter, EventSink
@@ -31,10 +31,12 @@ def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_g
 
 
 def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: str,
-               receive: Callable[[Any], Any]) -> Any:
+               receive: Callable[[Any], Any], datasets: Optional[Dict[str, Any]] = None,
+               data_config=None) -> Any:
     """`packed`: the trainer and job (`transfer.Packed`). Its arrays go into the object store once, here;
     every worker (and every restarted worker group) maps them from there. `receive(result)` runs while the
-    objects in the result (the trained weights, owned by rank 0) still exist."""
+    objects in the result (the trained weights, owned by rank 0) still exist. `datasets`: Ray Datasets for
+    Ray Train to shard (`data_config` says how, see data/ray_data.py)."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -52,6 +54,7 @@ def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: 
             run_config=RunConfig(name=run_name, failure_config=FailureConfig(max_failures=args.max_failures),
                                  callbacks=[FailureRecorder(sink)], logging_config=train_logging_config(args)),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+            **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
         )
         return _fit_while_pumping(torch_trainer, sink, handler, receive)
     finally:

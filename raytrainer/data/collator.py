@@ -50,8 +50,10 @@ def _to_tensor(key: str, value: Any) -> torch.Tensor:
         return value
     if isinstance(value, (np.ndarray, np.generic)):
         # As datasets' torch format does: numpy floats -> float32, ints -> int64, so the batch is the same
-        # whichever format (python, numpy, torch) the dataset rows come in.
-        tensor = torch.as_tensor(value)
+        # whichever format (python, numpy, torch) the dataset rows come in. A read-only array (a Ray Data
+        # batch, zero-copy from the object store) is copied: torch would otherwise warn on every batch.
+        readonly = isinstance(value, np.ndarray) and not value.flags.writeable
+        tensor = torch.tensor(value) if readonly else torch.as_tensor(value)
         if tensor.is_floating_point():
             return tensor.to(torch.float32)
         if tensor.is_complex() or tensor.dtype == torch.bool:

@@ -14,6 +14,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 import torch
 
+from ..data.ray_batches import RayEvalLoader, interleave
 from ..state import EvalPrediction, PredictionOutput
 
 PAD = -100
@@ -119,16 +120,24 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         buffer.add(_detached(logits), _detached(label))
         if on_step is not None:
             on_step("prediction_step")
+    interleaved = isinstance(dataloader, RayEvalLoader)
+    if interleaved and _sharded(trainer):
+        missing = dataloader.passes_behind()  # every rank read the whole stream: no collective needed
     if missing:
         _filler_passes(trainer, model, dataloader, batch, missing, prediction_loss_only, ignore_keys)
     trainer._eval_peak_device_bytes = buffer.peak_device_bytes
     preds, labels = buffer.concatenated()
 
-    gathered = ctx.all_gather_object((loss_sum, count, preds, labels))
+    sizes = dataloader.sizes if interleaved else None
+    gathered = ctx.all_gather_object((loss_sum, count, preds, labels, sizes))
     losses = [g[0] for g in gathered if g[0] is not None]
     num_samples = sum(g[1] for g in gathered)
-    all_preds = concat_padded([g[2] for g in gathered])
-    all_labels = concat_padded([g[3] for g in gathered])
+    if interleaved:  # rank r holds batches r, r + world, ...: back to dataset order
+        all_preds = interleave([g[2] for g in gathered], [g[4] for g in gathered], concat_padded)
+        all_labels = interleave([g[3] for g in gathered], [g[4] for g in gathered], concat_padded)
+    else:  # contiguous shards in rank order are the dataset order
+        all_preds = concat_padded([g[2] for g in gathered])
+        all_labels = concat_padded([g[3] for g in gathered])
 
     metrics = {}
     if ctx.is_main:
@@ -151,15 +160,21 @@ def _passes_behind(trainer, dataloader) -> int:
     before the first pass, or the count's all-reduce would meet another rank's gather.) Replicated
     strategies need nothing."""
     ctx = trainer.ctx
-    if not (getattr(trainer.strategy, "shards_state", False) and ctx.distributed):
+    if not _sharded(trainer) or isinstance(dataloader, RayEvalLoader):  # that one knows after the pass
         return 0
     mine = len(dataloader)
     return int(ctx.all_reduce_max(torch.tensor(mine, device=ctx.device)).item()) - mine
 
 
+def _sharded(trainer) -> bool:
+    return bool(getattr(trainer.strategy, "shards_state", False) and trainer.ctx.distributed)
+
+
 def _filler_passes(trainer, model, dataloader, last_batch, count: int, prediction_loss_only, ignore_keys):
     """Forward passes whose results are discarded: a batch of this rank's again (or the first sample)."""
     filler = last_batch
+    if filler is None and isinstance(dataloader, RayEvalLoader):
+        filler = dataloader.filler_batch()
     if filler is None:
         subset = dataloader.dataset
         base = getattr(subset, "dataset", subset)

@@ -16,6 +16,8 @@ from torch.utils.data import DataLoader
 from ..data.collator import DefaultCollator, pad_token_id_of
 from ..data.columns import (ColumnFilter, accepts_argument, accepts_loss_kwargs, count_label_items,
                             default_label_names, extract_logits, extract_loss, forward_signature)
+from ..data.ray_batches import RayEvalLoader, RayTrainData
+from ..data.ray_data import RayDataRef
 from ..data.sampler import DistributedBatchSampler, eval_shard
 from ..optim import create_optimizer, create_scheduler
 from .losses import is_causal_lm, label_smoothed_loss
@@ -53,6 +55,9 @@ class WorkerHooks:
 
     def get_train_dataloader(self) -> DataLoader:
         ctx, args = self.ctx, self.args
+        if isinstance(self.train_dataset, RayDataRef):  # a ray.data.Dataset: this rank's streaming shard
+            return RayTrainData(self.train_dataset, args.per_device_train_batch_size, self._collator(), ctx,
+                                drop_last=args.dataloader_drop_last)
         sampler = DistributedBatchSampler(len(self.train_dataset), args.per_device_train_batch_size,
                                           rank=ctx.rank, world_size=ctx.world_size, seed=args.train_data_seed,
                                           shuffle=True, drop_last=args.dataloader_drop_last)
@@ -67,6 +72,9 @@ class WorkerHooks:
         return self._ordered_dataloader(test_dataset)
 
     def _ordered_dataloader(self, dataset) -> DataLoader:
+        if isinstance(dataset, RayDataRef):  # every rank reads the stream, keeps every world-size-th batch
+            return RayEvalLoader(dataset, self.args.per_device_eval_batch_size, self._collator(),
+                                 self.ctx.rank, self.ctx.world_size)
         # Contiguous shard per rank: gathering in rank order restores the dataset order exactly.
         shard = torch.utils.data.Subset(dataset, eval_shard(len(dataset), self.ctx.rank, self.ctx.world_size))
         return DataLoader(shard, batch_size=self.args.per_device_eval_batch_size, shuffle=False,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 from itertools import islice
@@ -33,7 +34,6 @@ import torch
 from ..checkpoint.manager import CheckpointManager
 from ..data.columns import count_label_items
 from ..data.global_batch import global_batch_size
-from ..data.sampler import DistributedBatchSampler
 from ..optim import optimizer_eval_mode, optimizer_train_mode
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
@@ -41,6 +41,7 @@ from .evaluation import evaluation_loop
 from .events import LoopEvents
 from .meter import Meter
 from .neftune import neftune
+from .train_data import train_data
 
 
 def set_seed(seed: int):
@@ -52,13 +53,15 @@ def set_seed(seed: int):
 @dataclass
 class Plan:
     """How long the run is, derived from the dataloader length (which depends on the world size)."""
-    micro_batches_per_epoch: int
-    steps_per_epoch: int
+    micro_batches_per_epoch: Optional[int]
+    steps_per_epoch: Optional[int]
     max_steps: int
     num_epochs: int
 
     @classmethod
-    def make(cls, args, micro_batches_per_epoch: int) -> "Plan":
+    def make(cls, args, micro_batches_per_epoch: Optional[int]) -> "Plan":
+        if micro_batches_per_epoch is None:  # unknown length (a Ray Data pipeline): max_steps ends the run
+            return cls(None, None, args.max_steps, sys.maxsize)
         steps_per_epoch = max(math.ceil(micro_batches_per_epoch / args.gradient_accumulation_steps), 1)
         if args.max_steps > 0:
             max_steps = args.max_steps
@@ -92,10 +95,8 @@ class TrainLoop:
         if url is not None:  # before planning: another world size changes the accumulation (same global batch)
             self.checkpoints.keep_global_batch(url)
         self.dataloader = trainer._train_dataloader = trainer.get_train_dataloader()
-        sampler = self.dataloader.batch_sampler
-        self.sampler = sampler if isinstance(sampler, DistributedBatchSampler) else None
-        micro = self.sampler.micro_batches_per_epoch() if self.sampler else len(self.dataloader)
-        self.plan = Plan.make(args, micro)
+        self.data = train_data(self.dataloader)
+        self.plan = Plan.make(args, self.data.micro_batches_per_epoch())
         trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
 
         state = TrainerState(
@@ -151,11 +152,7 @@ class TrainLoop:
         trainer, args = self.trainer, self.args
         epoch = state.epoch_index
         offset = state.samples_seen_in_epoch
-        if self.sampler is not None:
-            self.sampler.set_epoch(epoch, offset)
-            batches = iter(self.dataloader)
-        else:  # a user dataloader: resume by skipping the micro-batches already seen
-            batches = islice(iter(self.dataloader), offset, None)
+        batches = self.data.batches(epoch, offset)
         accumulation = args.gradient_accumulation_steps
         micro_done = 0
         control = self.events.fire("epoch_begin")
@@ -166,10 +163,10 @@ class TrainLoop:
                 break
             started = time.perf_counter()
             self.events.fire("step_begin")
-            num_items = self._num_items(group, first_micro=micro_done)
+            num_items = self._num_items(group)
             trainer._accumulation_steps_now = len(group)
-            for i, batch in enumerate(group):
-                trainer._loss_weight = 0.0 if self._is_padding(micro_done + i) else 1.0
+            for i, (batch, filler) in enumerate(group):
+                trainer._loss_weight = 0.0 if filler else 1.0
                 last = i == len(group) - 1
                 with (_null() if last else trainer.strategy.no_sync(trainer.model_wrapped)):
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
@@ -182,19 +179,15 @@ class TrainLoop:
             micro_done += len(group)
             grad_norm = self._optimizer_step()
             state.global_step += 1
-            if self.sampler is not None:
-                state.samples_seen_in_epoch = self.sampler.offset_after(micro_done)
-                state.epoch = epoch + state.samples_seen_in_epoch / max(self.sampler.end_offset(), 1)
-            else:
-                state.samples_seen_in_epoch = offset + micro_done
-                state.epoch = epoch + state.samples_seen_in_epoch / max(self.plan.micro_batches_per_epoch, 1)
+            state.samples_seen_in_epoch = self.data.offset_after(offset, micro_done)
+            state.epoch = epoch + self.data.fraction(state.samples_seen_in_epoch)
             self.meter.step_done(grad_norm, data_wait=started - waited, busy=time.perf_counter() - started)
             control = self.events.fire("step_end")
             control = self._maybe_log_evaluate_save(state, control)
             if state.global_step >= state.max_steps:
                 control.should_training_stop = True
         # The epoch's data ran out (also when that was the last step), or a callback ended the epoch.
-        exhausted = self._epoch_exhausted(state) or control.should_epoch_stop
+        exhausted = self.data.exhausted(state.samples_seen_in_epoch) or control.should_epoch_stop
         if exhausted:
             state.epoch_index += 1
             state.samples_seen_in_epoch = 0
@@ -203,20 +196,12 @@ class TrainLoop:
             control = self._at_epoch_end(state, control)
         return control
 
-    def _epoch_exhausted(self, state: TrainerState) -> bool:
-        if self.sampler is not None:
-            return state.samples_seen_in_epoch >= self.sampler.end_offset()
-        return state.samples_seen_in_epoch >= self.plan.micro_batches_per_epoch
-
-    def _is_padding(self, micro_step: int) -> bool:
-        return self.sampler is not None and self.sampler.is_padding(micro_step)
-
-    def _num_items(self, group, first_micro: int) -> Optional[int]:
+    def _num_items(self, group) -> Optional[int]:
         """Label items in the whole global batch: all micro-batches of the group, summed over ranks."""
-        counts = [count_label_items(b, self.trainer.label_names) for b in group]
+        counts = [count_label_items(b, self.trainer.label_names) for b, _ in group]
         if any(c is None for c in counts):
             return None
-        weights = [0 if self._is_padding(first_micro + i) else 1 for i in range(len(counts))]
+        weights = [0 if filler else 1 for _, filler in group]
         total = sum(c * w for c, w in zip(counts, weights))
         if self.args.average_tokens_across_devices and self.ctx.distributed:
             total = int(self.ctx.all_reduce_sum(torch.tensor(float(total), device=self.ctx.device)).item())
