@@ -98,8 +98,8 @@ class Trainer(ResultsMixin, WorkerHooks):
             raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
         args = self.args
         preflight.check_inputs(self, training=True)
-        evals = self.eval_dataset.values() if isinstance(self.eval_dataset, dict) else [self.eval_dataset]
-        self._connect(self.train_dataset, *evals)
+        if self._reads_ray_data():  # the loss check below reads two rows of it
+            cluster.connect(self.args.ray_address)
         preflight.check_loss(self, self.train_dataset, "train_dataset")
         self._connect_and_check_storage()
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
@@ -169,6 +169,10 @@ class Trainer(ResultsMixin, WorkerHooks):
         if self.args.num_workers > 0 or any(ray_data.is_ray_dataset(d) for d in datasets):
             cluster.connect(self.args.ray_address)
 
+    def _reads_ray_data(self) -> bool:
+        evals = self.eval_dataset.values() if isinstance(self.eval_dataset, dict) else [self.eval_dataset]
+        return any(ray_data.is_ray_dataset(d) for d in (self.train_dataset, *evals))
+
     def _use_gpu(self) -> bool:
         if self.args.num_workers == 0:
             return bool(self.args.use_gpu) and torch.cuda.is_available()
@@ -179,6 +183,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         self._connect()
         if args.num_workers > 0:
             cluster.check_placeable(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
+            if self._reads_ray_data():
+                cluster.check_cpus_left_for_data(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
             if (storage.is_local(args.output_dir) and cluster.alive_node_count() > 1
                     and not args.allow_local_output_dir_on_multinode):
                 raise StorageError(

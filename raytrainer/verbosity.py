@@ -46,7 +46,8 @@ def quiet_driver(args=None):
 
 
 # Lines of Ray's own processes that the driver drops unless verbose (matched against each forwarded line).
-INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher'")
+# Also Ray Data's notice about its map actors' constructor arguments, printed for every actor pool.
+INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: '(PreemptionWatcher|MapWorker)")
 # Internal lines followed by a traceback of Ray's own, dropped up to its exception line.
 INTERNAL_TRACEBACKS = re.compile(r"Failed to stop PlacementGroupCleaner gracefully")
 INTERNAL_EXCEPTION = re.compile(r"^[\w.]+(Error|Exception)\b")
@@ -123,6 +124,8 @@ def configure_worker(level: Optional[str]):
         return
     number = _LEVELS[level]
     logging.getLogger().setLevel(number)
+    # Ray Data sets its own logger to INFO: a worker reading an evaluation dataset would print its plans.
+    logging.getLogger("ray.data").setLevel(max(number, logging.WARNING) if number > logging.DEBUG else number)
     if number > logging.WARNING:
         warnings.simplefilter("ignore")
     try:

@@ -93,6 +93,21 @@ def check_placeable(num_workers: int, per_worker: Dict[str, float]):
                 f"total). Lower num_workers, lower resources_per_worker, or add nodes with {name}.")
 
 
+def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float]):
+    """A Ray Dataset's map_batches/read tasks run on CPUs the training workers do not hold: with none left
+    they would wait forever. Fail now, naming the fix."""
+    import ray
+
+    total = ray.cluster_resources().get("CPU", 0)
+    taken = num_workers * per_worker.get("CPU", 0)
+    if total - taken < 0.5:
+        raise ConfigError(
+            f"A ray.data.Dataset is read by {num_workers} workers holding {taken:g} of the cluster's {total:g} "
+            "CPUs, which leaves none for Ray Data's own tasks (map_batches, reads): the run would wait "
+            "forever. Give the workers fewer CPUs (resources_per_worker={'CPU': 0.5}), use fewer workers, "
+            "or give Ray more CPUs (ray.init(num_cpus=...) before building the dataset, or add a node).")
+
+
 def alive_node_count() -> int:
     import ray
 

@@ -23,6 +23,7 @@ How it is split (`ExactSplit.configure`, which runs each time Ray Train starts a
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -78,8 +79,18 @@ def ordered(dataset):
 
 
 def sample_rows(dataset, count: int = 2) -> List[dict]:
-    """The first rows, computed on the driver (Ray pushes the limit down, so little of the pipeline runs)."""
-    return dataset.take(count)
+    """The first rows, computed on the driver (Ray pushes the limit down, so little of the pipeline runs;
+    but an actor-pool step still starts its actors, so the rows are kept for the next call)."""
+    try:
+        cached = _SAMPLES.get(dataset, [])
+    except TypeError:  # not weak-referenceable
+        return dataset.take(count)
+    if len(cached) < count:
+        cached = _SAMPLES[dataset] = dataset.take(max(count, 2))
+    return cached[:count]
+
+
+_SAMPLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def make_ref(name: str, dataset, split: bool, in_process: bool) -> RayDataRef:

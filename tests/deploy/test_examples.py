@@ -63,7 +63,19 @@ def test_custom_loss_example_trains(tmp_path):
     assert {"eval_recall_0", "eval_recall_1", "eval_recall_2"} <= final.keys()
 
 
-@pytest.mark.parametrize("module", ["quickstart", "sequence_classification", "custom_loss"])
+@pytest.mark.usefixtures("ray_session")
+def test_ray_data_example_learns_from_its_map_batches_pipeline(tmp_path):
+    from examples.ray_data_lm import main
+
+    out = main([*FAST, "--output_dir", str(tmp_path), "--max_steps", "40", "--eval_steps", "40",
+                "--save_steps", "40"])
+    losses = _losses(out["log_history"])
+    assert len(losses) == 4 and losses[-1] < losses[0] * 0.8, losses
+    assert [e["eval_loss"] for e in out["log_history"] if "eval_loss" in e][-1] < 4.0  # uniform bytes: 5.5
+    assert [c.step for c in list_checkpoints(str(tmp_path)) if c.committed] == [40]
+
+
+@pytest.mark.parametrize("module", ["quickstart", "sequence_classification", "custom_loss", "ray_data_lm"])
 def test_examples_take_arguments_from_a_yaml_file_and_the_command_line(module, tmp_path):
     import importlib
 
