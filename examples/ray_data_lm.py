@@ -67,7 +67,8 @@ def pipeline(rows, data: DataArguments):
     import ray
 
     return ray.data.from_items(rows).map_batches(ByteTokenizer, fn_constructor_args=(data.block_size,),
-                                                 concurrency=data.tokenizer_actors, batch_size=16)
+                                                 compute=ray.data.ActorPoolStrategy(size=data.tokenizer_actors),
+                                                 batch_size=16)
 
 
 def start_ray(args: TrainingArguments):

@@ -2,8 +2,9 @@
 
 Training (`RayTrainData`): this rank's shard (`get_dataset_shard`) is read in numpy batches of
 `per_device_train_batch_size`, once per epoch. The ranks agree at every micro-step whether any of them still
-has rows (one small all-reduce); a rank that has none, or whose batch held only padding rows, trains on a
-zero-weight filler batch so that the collectives stay matched. The position in the epoch is the number of
+has rows (one small all-reduce; not needed when the row count is known and the split is equal); a rank that
+has none, or whose batch held only padding rows, trains on a zero-weight filler batch so that the
+collectives stay matched. The position in the epoch is the number of
 rows consumed over all ranks: a resume at the same world size skips exactly the rows each rank had
 consumed (the split is deterministic, see `ray_data.py`); at another world size each rank skips its share
 of that count, so the count is kept but not which rows (document: README, "Ray Data").
@@ -95,7 +96,8 @@ class RayTrainData:
                 yield self.collate(padding or (last or self.ref.sample)[:1]), True
 
     def _anyone_has(self, mine: bool) -> bool:
-        if not self.ctx.distributed:
+        # A known row count means an equal split: every rank runs out at the same micro-step, no need to ask.
+        if not self.ctx.distributed or self.ref.num_rows is not None:
             return mine
         flag = torch.tensor([1.0 if mine else 0.0], device=self.ctx.device)
         return bool(self.ctx.all_reduce_max(flag).item() > 0)
