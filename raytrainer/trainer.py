@@ -110,6 +110,10 @@ class Trainer(ResultsMixin, WorkerHooks):
                            receive=self._receive_trained_weights)
         self.state = TrainerState.from_json_string(result["state"])
         self.callback_handler.state = self.state
+        if result.get("stopped") == "interrupt":  # Ctrl-C: the run saved at a step boundary and ended
+            print(f"[raytrainer] stopped at step {self.state.global_step} with a committed checkpoint; "
+                  "train(resume_from_checkpoint=True) continues", flush=True)
+            raise KeyboardInterrupt
         return result["train_output"]
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
@@ -162,18 +166,18 @@ class Trainer(ResultsMixin, WorkerHooks):
 
     # ------------------------------------------------------------------ internals
     def _connect(self):
-        if self.args.num_workers > 0:
+        if self.args.max_workers > 0:
             cluster.connect(self.args.ray_address)
 
     def _use_gpu(self) -> bool:
-        if self.args.num_workers == 0:
+        if self.args.max_workers == 0:
             return bool(self.args.use_gpu) and torch.cuda.is_available()
         return cluster.cluster_has_gpus() if self.args.use_gpu is None else self.args.use_gpu
 
     def _connect_and_check_storage(self):
         args = self.args
         self._connect()
-        if args.num_workers > 0:
+        if args.max_workers > 0:  # an elastic run starts once its minimum can be placed
             cluster.check_placeable(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
             if (storage.is_local(args.output_dir) and cluster.alive_node_count() > 1
                     and not args.allow_local_output_dir_on_multinode):
@@ -211,7 +215,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         packed = preflight.serialise(self, job)
         use_gpu = self._use_gpu()
         receive = receive or (lambda result: result)
-        if self.args.num_workers == 0:
+        if self.args.max_workers == 0:
             from . import transfer
 
             # Work on a copy, as a worker would: the driver's model changes only from the result.

@@ -1,12 +1,14 @@
-"""Tells the event sink why a worker group failed, so the restart that follows can say so.
+"""Tell the event sink why a worker group ends, so the group that replaces it can record and show it.
 
-A Ray Train `UserCallback` runs in the Ray Train controller actor; it reaches the driver's event sink
-through the actor handle it was pickled with.
+Ray Train callbacks run in the Ray Train controller actor; they reach the driver's event sink through the
+actor handle they were pickled with. Preemptions are recorded by the workers themselves (they know it
+first: `worker/stopping.py`).
 """
 
 from __future__ import annotations
 
 from ray.train import UserCallback
+from ray.train.v2._internal.execution.callback import ControllerCallback
 
 
 class FailureRecorder(UserCallback):
@@ -19,3 +21,22 @@ class FailureRecorder(UserCallback):
         parts = [f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                  for rank, exc in sorted(worker_exceptions.items())]
         ray.get(self.sink.record_failure.remote("; ".join(parts)[:500]))
+
+
+class ResizeRecorder(ControllerCallback):
+    """An elastic run's healthy worker group is stopped when Ray Train's elastic monitor finds room for a
+    different number of workers (every `elastic_resize_monitor_interval_s`). No public Ray Train callback sees
+    that, so this one is a `ControllerCallback` (Ray Train passes callbacks that are not `UserCallback`s to
+    its controller as they are; internal API of Ray 2.60)."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def after_controller_state_update(self, previous_state, current_state):
+        import ray
+
+        if type(current_state).__name__ != "ResizingState":  # a failure restarts through RestartingState
+            return
+        wanted = current_state.scaling_decision.num_workers
+        ray.get(self.sink.record_cause.remote(
+            "resize", f"Ray Train's elastic monitor found room for {wanted} workers"))
