@@ -40,3 +40,36 @@ class ResizeRecorder(ControllerCallback):
         wanted = current_state.scaling_decision.num_workers
         ray.get(self.sink.record_cause.remote(
             "resize", f"Ray Train's elastic monitor found room for {wanted} workers"))
+
+
+class FreshClusterView(ControllerCallback):
+    """Elastic runs: keep the cluster view Ray Train's elastic policy decides from fresh.
+
+    The policy sizes a group from the reservations of Ray's AutoscalingCoordinator, which re-reads the
+    cluster's nodes every 20 s. Right after a node loss it still counts the lost node: the restart asks for
+    the old size, cannot be placed, and waits out the 60 s group start timeout before trying the smaller
+    size; a node that joins is seen up to 20 s late. While a group restarts (every controller iteration,
+    at most once a second) and while it runs (once per resize-monitor interval) this asks the coordinator
+    to recompute now. Internal API of Ray 2.60 (the coordinator lives in ray.data); any error is ignored:
+    the run then only resizes later."""
+
+    def __init__(self, monitor_interval_s: float):
+        self.monitor_interval_s = monitor_interval_s
+        self._last = 0.0
+
+    def after_controller_state_update(self, previous_state, current_state):
+        import time
+
+        name = type(current_state).__name__
+        every = 1.0 if name in ("RestartingState", "ReschedulingState") else (
+            self.monitor_interval_s if name == "RunningState" else None)
+        if every is None or time.monotonic() - self._last < every:
+            return
+        self._last = time.monotonic()
+        try:
+            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
+                get_or_create_autoscaling_coordinator
+
+            get_or_create_autoscaling_coordinator().get_reserved_resources.remote("raytrainer", recompute=True)
+        except Exception:  # noqa: BLE001 (a missing internal API only delays the resize)
+            pass

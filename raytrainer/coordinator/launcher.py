@@ -39,9 +39,13 @@ def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: 
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from .failures import FailureRecorder, ResizeRecorder
+    from .failures import FailureRecorder, FreshClusterView, ResizeRecorder
 
-    sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).remote()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).options(scheduling_strategy=here).remote()
     try:
         data = ray.put(packed.data)  # owned by the driver: lives until this run ends, restarts included
         # An elastic range goes to Ray Train as it is: it places between min and max workers at each start
@@ -54,7 +58,9 @@ def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: 
             scaling_config=ScalingConfig(**scaling, use_gpu=use_gpu, resources_per_worker=args.resources_per_worker),
             run_config=RunConfig(name=run_name, failure_config=FailureConfig(
                                      max_failures=args.max_failures, max_preemption_failures=args.max_preemptions),
-                                 callbacks=[FailureRecorder(sink), ResizeRecorder(sink)],
+                                 callbacks=[FailureRecorder(sink), ResizeRecorder(sink)] + (
+                                     [FreshClusterView(args.elastic_resize_monitor_interval_s)] if args.elastic
+                                     else []),
                                  logging_config=train_logging_config(args)),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         )

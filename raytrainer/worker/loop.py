@@ -78,6 +78,7 @@ class TrainLoop:
                  on_ray: bool = False):
         self.trainer = trainer
         self.on_ray = on_ray
+        self.entered_at = time.time()  # setup_s on on_train_begin: how long building and resuming took
         self.args = trainer.args
         self.ctx = ctx
         self.emitter = emitter
@@ -159,7 +160,8 @@ class TrainLoop:
         with neftune(trainer.model, self.args.neftune_noise_alpha):
             control = self.events.fire("train_begin", max_steps=state.max_steps,
                                        num_train_epochs=state.num_train_epochs, world_size=ctx.world_size,
-                                       best_metric=state.best_metric, best_global_step=state.best_global_step)
+                                       best_metric=state.best_metric, best_global_step=state.best_global_step,
+                                       setup_s=round(time.time() - self.entered_at, 3))
             if self.args.eval_on_start and state.global_step == 0:
                 control = self._evaluate(state)
             while (not control.should_training_stop and state.global_step < state.max_steps
