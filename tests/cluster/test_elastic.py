@@ -55,7 +55,9 @@ def reference(tmp_path_factory):
 
 
 def _driver(cluster, work, scenario):
-    env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "token", "PYTHONPATH": ROOT}
+    env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "token", "PYTHONPATH": ROOT,
+           # A restart right after a node loss first asks for the old size; give up on it after 10 s, not 60.
+           "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "10"}
     return subprocess.Popen([sys.executable, "-m", "tests.cluster.elastic_script", str(work), scenario], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
