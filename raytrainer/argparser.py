@@ -83,6 +83,9 @@ def _field_options(field: dataclasses.Field, tp: Any) -> tuple[dict, Optional[di
     if field.default is not dataclasses.MISSING:  # argparse's own default display is off, see below
         help_text = f"{help_text} (default: {field.default})".strip()
     kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%")}  # argparse %-formats help strings
+    if "parse" in field.metadata:  # the field converts its own text (e.g. num_workers: "2" or "1,4")
+        kwargs.update(type=field.metadata["parse"], default=argparse.SUPPRESS)
+        return kwargs, None
     tp = _unwrap(field.name, tp)
     origin = typing.get_origin(tp) or tp
     complement = None

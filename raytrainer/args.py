@@ -12,10 +12,11 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 from .checkpoint.storage import absolute_if_local, join
 from .errors import ConfigError
+from .scaling import bounds, check_elastic_batch, normalise_workers, parse_workers
 from .strategy.fsdp_config import normalise_config, parse_fsdp
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
@@ -28,7 +29,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 
 # Fields that are ours (not in HF's TrainingArguments); listed so docs and the parser can say so.
 RAY_FIELDS = (
-    "num_workers", "use_gpu", "resources_per_worker", "strategy", "max_failures", "ray_address",
+    "num_workers", "use_gpu", "resources_per_worker", "strategy", "max_failures", "max_preemptions",
+    "elastic_resize_monitor_interval_s", "ray_address",
     "storage_options", "save_async", "allow_local_output_dir_on_multinode",
     "logging_dir",  # HF 4's name (HF 5 reads TENSORBOARD_LOGGING_DIR instead); kept, since scripts still pass it
 )
@@ -41,8 +43,9 @@ def default_logdir() -> str:
     return "runs/" + datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname()
 
 
-def _help(text: str, **kw) -> Any:
-    return field(metadata={"help": text}, **kw)
+def _help(text: str, parse=None, **kw) -> Any:
+    """A field with its help text; `parse`: how the command line and config files convert its value."""
+    return field(metadata={"help": text, **({"parse": parse} if parse else {})}, **kw)
 
 
 @dataclass
@@ -149,8 +152,13 @@ class TrainingArguments:
         "activation_checkpointing. A dict, JSON text or a JSON file path.", default=None)
 
     # --- distributed (ours) ---
-    num_workers: int = _help("Training workers (one per GPU or CPU slot). 0 runs in the driver process, "
-                             "for debugging and notebooks.", default=1)
+    num_workers: Union[int, Tuple[int, int]] = _help(
+        "Training workers (one per GPU or CPU slot). 0 runs in the driver process, for debugging and notebooks. "
+        "(min, max), or 'MIN,MAX' on the command line: an elastic run that starts once min workers can be placed "
+        "and changes size at restarts, keeping the global batch of max workers.", parse=parse_workers, default=1)
+    elastic_resize_monitor_interval_s: float = _help(
+        "Elastic runs: how often Ray Train checks, while training is healthy, whether more workers fit; if so it "
+        "restarts the group at the larger size from the newest committed checkpoint.", default=60.0)
     use_gpu: Optional[bool] = _help("One GPU per worker. Default: use GPUs when the cluster has them.",
                                     default=None)
     resources_per_worker: Optional[dict] = _help("Ray resources per worker, e.g. {'CPU': 4, 'GPU': 1}.",
@@ -158,7 +166,10 @@ class TrainingArguments:
     strategy: str = _help(f"Parallelism: one of {', '.join(STRATEGIES)} (fsdp: FSDP2, sharded checkpoints).",
                           default="ddp")
     max_failures: int = _help("Worker-group restarts Ray Train may attempt from the newest committed "
-                              "checkpoint (-1: unlimited).", default=0)
+                              "checkpoint (-1: unlimited). A lost node is a failure.", default=0)
+    max_preemptions: int = _help("Restarts after a preemption (a worker got SIGTERM, or Ray drains its node): "
+                                 "checkpointed at the next step, counted apart from max_failures (-1: unlimited).",
+                                 default=-1)
     ray_address: Optional[str] = _help("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
                                        "an embedded local Ray.", default=None)
     storage_options: Optional[dict] = _help("fsspec options for output_dir (e.g. S3 endpoint_url, key). "
@@ -291,11 +302,14 @@ class TrainingArguments:
                         self.eval_steps * 1_000_000) != 0:
                     raise ConfigError(f"load_best_model_at_end needs save_steps ({self.save_steps}) to be a "
                                       f"multiple of eval_steps ({self.eval_steps}), both steps or both ratios.")
-        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 0:
-            raise ConfigError(f"num_workers={self.num_workers!r} must be an int >= 0 (0 runs in the driver "
-                              "process).")
-        if self.max_failures < -1:
-            raise ConfigError(f"max_failures={self.max_failures!r} must be >= 0, or -1 for unlimited restarts.")
+        self.num_workers = normalise_workers(self.num_workers)
+        check_elastic_batch(self.num_workers, self.per_device_train_batch_size, self.gradient_accumulation_steps)
+        if not self.elastic_resize_monitor_interval_s >= 0:
+            raise ConfigError(f"elastic_resize_monitor_interval_s={self.elastic_resize_monitor_interval_s!r} must be "
+                              ">= 0 seconds.")
+        for name in ("max_failures", "max_preemptions"):
+            if getattr(self, name) < -1:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0, or -1 for unlimited restarts.")
         if self.resources_per_worker is not None:
             if not isinstance(self.resources_per_worker, dict) or any(
                     not isinstance(v, (int, float)) or v < 0 for v in self.resources_per_worker.values()):
@@ -332,6 +346,20 @@ class TrainingArguments:
             raise ConfigError(f"{name}={value!r} is not supported; choose one of: {', '.join(allowed)}.")
 
     # ------------------------------------------------------------------ derived values
+    @property
+    def elastic(self) -> bool:
+        """num_workers is a (min, max) range with min < max."""
+        return self.min_workers != self.max_workers
+
+    @property
+    def min_workers(self) -> int:
+        return bounds(self.num_workers)[0]
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers the run uses; 0 for a driver-process run."""
+        return bounds(self.num_workers)[1]
+
     @property
     def train_data_seed(self) -> int:
         return self.seed if self.data_seed is None else self.data_seed

@@ -161,4 +161,5 @@ def _check_resume(trainer, resume_url: str):
             "sharded ones: resume it with strategy='ddp', or start the FSDP run from its weights.")
     state = read_trainer_state(resume_url, args.storage_options) or {}
     own = (state.get("stateful_callbacks") or {}).get(OWN_STATE_KEY)
-    accumulation_to_keep(own, args, max(args.num_workers, 1))  # raises when the global batch cannot be kept
+    for world_size in range(max(args.min_workers, 1), max(args.max_workers, 1) + 1):  # every size it may take
+        accumulation_to_keep(own, args, world_size)  # raises when the global batch cannot be kept

@@ -2,7 +2,7 @@
 
 `TrainerState` serialises to the same `trainer_state.json` as Hugging Face's (transformers'
 `TrainerState.load_from_json` reads ours). HF's loader passes every top-level key to the constructor, so our
-own fields (data position, world size, run id, restarts) live under `stateful_callbacks["raytrainer"]`, the
+own fields (data position, world size, run id, restarts, resizes) live under `stateful_callbacks["raytrainer"]`, the
 one HF field meant for extra state.
 """
 
@@ -58,7 +58,13 @@ class TrainerState:
 
     @property
     def restarts(self) -> list:
+        """Each new worker group of this run: step, reason (failure / preemption / resize), cause, checkpoint."""
         return self.own.setdefault("restarts", [])
+
+    @property
+    def resizes(self) -> list:
+        """Each change of world size: time, previous and new world size, cause, checkpoint used."""
+        return self.own.setdefault("resizes", [])
 
     def to_json_string(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"

@@ -113,6 +113,10 @@ class Trainer(ResultsMixin, WorkerHooks):
                            receive=self._receive_trained_weights)
         self.state = TrainerState.from_json_string(result["state"])
         self.callback_handler.state = self.state
+        if result.get("stopped") == "interrupt":  # Ctrl-C: the run saved at a step boundary and ended
+            print(f"[raytrainer] stopped at step {self.state.global_step} with a committed checkpoint; "
+                  "train(resume_from_checkpoint=True) continues", flush=True)
+            raise KeyboardInterrupt
         return result["train_output"]
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
@@ -166,7 +170,7 @@ class Trainer(ResultsMixin, WorkerHooks):
     # ------------------------------------------------------------------ internals
     def _connect(self, *datasets):
         """Join (or start) Ray when workers are needed, or when a Ray Dataset is read (also in process)."""
-        if self.args.num_workers > 0 or any(ray_data.is_ray_dataset(d) for d in datasets):
+        if self.args.max_workers > 0 or any(ray_data.is_ray_dataset(d) for d in datasets):
             cluster.connect(self.args.ray_address)
 
     def _reads_ray_data(self) -> bool:
@@ -174,17 +178,17 @@ class Trainer(ResultsMixin, WorkerHooks):
         return any(ray_data.is_ray_dataset(d) for d in (self.train_dataset, *evals))
 
     def _use_gpu(self) -> bool:
-        if self.args.num_workers == 0:
+        if self.args.max_workers == 0:
             return bool(self.args.use_gpu) and torch.cuda.is_available()
         return cluster.cluster_has_gpus() if self.args.use_gpu is None else self.args.use_gpu
 
     def _connect_and_check_storage(self):
         args = self.args
         self._connect()
-        if args.num_workers > 0:
+        if args.max_workers > 0:  # an elastic run starts once its minimum can be placed
             cluster.check_placeable(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
             if self._reads_ray_data():
-                cluster.check_cpus_left_for_data(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
+                cluster.check_cpus_left_for_data(args.max_workers, cluster.worker_resources(args, self._use_gpu()))
             if (storage.is_local(args.output_dir) and cluster.alive_node_count() > 1
                     and not args.allow_local_output_dir_on_multinode):
                 raise StorageError(
@@ -218,7 +222,7 @@ class Trainer(ResultsMixin, WorkerHooks):
                "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
                               "replica": worker_level(self.args, 1, driver_ran_model=True)}}
         # The pickle carries no weights or large data: those go to the object store once (transfer.py).
-        in_process = self.args.num_workers == 0
+        in_process = self.args.max_workers == 0
         # A ray.data.Dataset goes to Ray Train, not into the pickle (data/ray_data.py).
         with ray_data.detached(self, job, in_process) as datasets:
             packed = preflight.serialise(self, job)

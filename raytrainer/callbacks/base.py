@@ -23,6 +23,10 @@ from ..state import TrainerControl, TrainerState
 from .events import DECISION_POINTS, EVENTS, PER_STEP, method_name
 
 CONTROL_FLAGS = tuple(f.name for f in dataclasses.fields(TrainerControl))
+# What trainer_state.json records of a restart and of a resize (the driver's mirror keeps the same).
+RESTART_FIELDS = ("global_step", "reason", "cause", "time", "checkpoint", "world_size", "previous_world_size")
+RESIZE_FIELDS = ("global_step", "time", "previous_world_size", "world_size", "cause", "checkpoint",
+                 "gradient_accumulation_steps")
 
 
 class TrainerCallback:
@@ -46,7 +50,9 @@ class TrainerCallback:
     def on_prediction_step(self, args, state, control, **kwargs): ...
     def on_save(self, args, state, control, **kwargs): ...
     def on_log(self, args, state, control, logs=None, **kwargs): ...
+    def on_preempted(self, args, state, control, **kwargs): ...
     def on_restart(self, args, state, control, **kwargs): ...
+    def on_resize(self, args, state, control, **kwargs): ...
 
 
 def listens_to(callback: Any, event: str) -> bool:
@@ -158,4 +164,6 @@ class CallbackHandler:
         elif kind == "restart":
             # The new worker group replays the steps after its checkpoint: forget what they logged before.
             state.log_history = [h for h in state.log_history if h.get("step", 0) <= state.global_step]
-            state.restarts.append({k: event[k] for k in ("global_step", "cause", "time") if k in event})
+            state.restarts.append({k: event[k] for k in RESTART_FIELDS if k in event})
+        elif kind == "resize":
+            state.resizes.append({k: event[k] for k in RESIZE_FIELDS if k in event})

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional
 # Events that the driver should see as soon as they happen. Logs are not among them: with logging_steps=1
 # a send per step costs the 2 training processes CPU (measured 1.21x with, see benchmarks/events.py); they
 # reach the driver within `flush_interval_s`.
-URGENT = frozenset({"train_begin", "evaluate", "save", "restart", "train_end", "error"})
+URGENT = frozenset({"train_begin", "evaluate", "save", "preempted", "restart", "resize", "train_end",
+                    "error"})
 
 
 class EventSink:
@@ -37,6 +38,11 @@ class EventSink:
         self._result: Any = None
         self._result_taken = asyncio.Event()
         self._failures: List[str] = []
+        self._cause: Optional[Dict[str, str]] = None  # why the next worker group starts: see group_started
+        self._world_size: Optional[int] = None  # the current worker group's
+        self._history: Dict[str, List[dict]] = {"restarts": [], "resizes": []}
+        self._stop = asyncio.Event()
+        self._stop_reason: Optional[str] = None
         self._arrived = asyncio.Event()
         self._decisions: Dict[int, asyncio.Future] = {}
         self._next_request = 0
@@ -100,11 +106,57 @@ class EventSink:
     async def record_failure(self, cause: str) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails."""
         self._failures.append(cause)
+        await self.record_cause("failure", cause)
         await self.push([{"kind": "failure", "rank": -1, "time": time.time(), "cause": cause}])
         return True
 
+    async def record_cause(self, kind: str, cause: str) -> bool:
+        """Why the current worker group is about to end: "failure" (a worker died or raised), "preemption" (rank 0,
+        after the preemption checkpoint committed) or "resize" (Ray Train's elastic monitor). A preemption is
+        not overwritten by what follows from it (ranks torn down after it saved)."""
+        if not (self._cause and self._cause["reason"] == "preemption"):
+            self._cause = {"reason": kind, "cause": cause}
+        return True
+
+    async def group_started(self, start: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Rank 0 of each new worker group calls this once with its world_size, global_step, checkpoint and
+        gradient_accumulation_steps. None for the run's first group. Else the restart record (why the previous
+        group ended: the cause recorded since it started), the resize record if the world size changed, and
+        every restart and resize of this run so far: a group that never saved a checkpoint leaves no trace in
+        the next group's checkpoint, so the sink is the run's memory of them."""
+        previous, self._world_size = self._world_size, start["world_size"]
+        cause, self._cause = self._cause, None
+        if previous is None:
+            return None
+        cause = cause or {"reason": "restart", "cause": "worker group restarted by Ray Train"}
+        restart = {"global_step": start["global_step"], **cause, "time": time.time(),
+                   "checkpoint": start["checkpoint"], "world_size": start["world_size"],
+                   "previous_world_size": previous}
+        self._history["restarts"].append(restart)
+        resize = None
+        if previous != start["world_size"]:
+            resize = {k: restart[k] for k in ("global_step", "time", "previous_world_size", "world_size", "cause",
+                                              "checkpoint")}
+            resize["gradient_accumulation_steps"] = start["gradient_accumulation_steps"]
+            self._history["resizes"].append(resize)
+        return {"restart": restart, "resize": resize, **{k: list(v) for k, v in self._history.items()}}
+
     async def last_failure(self) -> Optional[str]:
         return self._failures[-1] if self._failures else None
+
+    # Ctrl-C on the driver: the workers save at the next step boundary and stop. Rank 0 keeps one wait_stop
+    # call in flight and checks it without blocking at each step, so an uninterrupted run pays no round trip.
+    async def request_stop(self, reason: str) -> bool:
+        self._stop_reason = reason
+        self._stop.set()
+        return True
+
+    async def wait_stop(self, timeout_s: float) -> Optional[str]:
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        return self._stop_reason
 
 
 class DirectSink:
@@ -131,6 +183,12 @@ class DirectSink:
 
     def last_failure(self):
         return None
+
+    def group_started(self, start):
+        return None
+
+    def record_cause(self, kind, cause):
+        return True
 
 
 class Emitter:
@@ -185,6 +243,22 @@ class Emitter:
         """Why the previous worker group died, as the coordinator recorded it (None on a first attempt)."""
         return self._call("last_failure", None, wait=True, no_arg=True)
 
+    def group_started(self, start: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """See `EventSink.group_started`."""
+        return self._call("group_started", start, wait=True)
+
+    def record_cause(self, kind: str, cause: str):
+        """Tell the driver why this worker group is ending (before it ends: the next group reads it)."""
+        if not self._remote:
+            return self._sink.record_cause(kind, cause)
+        import ray
+
+        return ray.get(self._sink.record_cause.remote(kind, cause))
+
+    def stop_watch(self):
+        """A non-blocking view of the driver's stop request (Ctrl-C), for rank 0; None in the driver process."""
+        return StopWatch(self._sink) if self._remote else None
+
     def set_result(self, result: Any):
         """Deliver the run's result; blocks until the sink holds it (the worker may exit right after)."""
         self.flush(wait=True)
@@ -205,6 +279,27 @@ class Emitter:
 
             return ray.get(ref)
         return ref
+
+
+class StopWatch:
+    """Rank 0's view of `EventSink.request_stop`: one `wait_stop` call stays in flight; `requested()` checks it
+    without blocking (`ray.wait(timeout=0)`) and renews it when it timed out."""
+
+    WAIT_S = 30.0
+
+    def __init__(self, sink):
+        self._sink = sink
+        self._ref = sink.wait_stop.remote(self.WAIT_S)
+
+    def requested(self) -> Optional[str]:
+        import ray
+
+        if not _done(self._ref):
+            return None
+        reason = ray.get(self._ref)
+        if reason is None:
+            self._ref = self._sink.wait_stop.remote(self.WAIT_S)
+        return reason
 
 
 def _done(ref) -> bool:

@@ -20,6 +20,10 @@
     on_train_end
     predict(): on_prediction_step per batch, on_predict     evaluate(): on_prediction_step, on_evaluate
 
+Ours, between worker groups: on_preempted (the group saved at a step boundary and hands over to Ray Train),
+on_restart (a new group resumed: after a failure, a preemption or a resize), then on_resize if its world
+size differs from the previous group's.
+
 Every event reaches a driver callback exactly once whatever the world size: rank 0 reports the run's
 events (the other ranks report only their own figures, folded into `on_log`'s `rank_stats`). A control flag
 a callback sets or returns is applied by every rank at the same global step (see `worker/events.py`).
@@ -27,11 +31,11 @@ a callback sets or returns is applied by every rank at the same global step (see
 
 from __future__ import annotations
 
-# Event name -> callback method. `restart` is ours (a worker group was restarted from a checkpoint).
+# Event name -> callback method. `preempted`, `restart` and `resize` are ours (see above).
 EVENTS = (
     "init_end", "train_begin", "epoch_begin", "step_begin", "substep_end", "pre_optimizer_step",
     "optimizer_step", "step_end", "log", "evaluate", "prediction_step", "save", "epoch_end", "train_end",
-    "predict", "restart",
+    "predict", "preempted", "restart", "resize",
 )
 
 # Events fired on every optimizer step: a driver callback that can change control and listens to one of them

@@ -27,6 +27,17 @@ def straggler(rank_stats: List[dict]) -> Optional[dict]:
     return {"rank": slowest["rank"], "data_wait_s": slowest["data_wait_s"], "others_data_wait_s": typical}
 
 
+def restart_line(state, reason=None, cause=None, world_size=None, **kwargs) -> str:
+    size = f" with {world_size} worker{'s' if world_size != 1 else ''}" if world_size else ""
+    return f"[raytrainer] worker group restarted{size} at step {state.global_step} ({reason or 'restart'}): {cause}"
+
+
+def resize_line(state, previous_world_size=None, world_size=None, gradient_accumulation_steps=None,
+                **kwargs) -> str:
+    return (f"[raytrainer] resized {previous_world_size} -> {world_size} workers at step {state.global_step}; "
+            f"gradient_accumulation_steps is now {gradient_accumulation_steps} (same global batch)")
+
+
 class PrinterCallback(TrainerCallback):
     """Prints each log record (used when the progress bar is disabled)."""
 
@@ -52,8 +63,15 @@ class PrinterCallback(TrainerCallback):
     def _write(self, line: str):
         print(line, flush=True)
 
-    def on_restart(self, args, state, control, cause=None, **kwargs):
-        print(f"[raytrainer] worker group restarted at step {state.global_step}: {cause}", flush=True)
+    def on_restart(self, args, state, control, **kwargs):
+        self._write(restart_line(state, **kwargs))
+
+    def on_preempted(self, args, state, control, cause=None, checkpoint=None, **kwargs):
+        self._write(f"[raytrainer] {cause}: checkpoint of step {state.global_step} committed ({checkpoint}); "
+                    "Ray Train restarts the worker group from it")
+
+    def on_resize(self, args, state, control, **kwargs):
+        self._write(resize_line(state, **kwargs))
 
 
 class ProgressCallback(PrinterCallback):
@@ -85,9 +103,8 @@ class ProgressCallback(PrinterCallback):
     def _write(self, line: str):
         (self.bar.write if self.bar is not None else print)(line)
 
-    def on_restart(self, args, state, control, cause=None, **kwargs):
-        message = f"[raytrainer] worker group restarted at step {state.global_step}: {cause}"
-        (self.bar.write if self.bar is not None else print)(message)
+    def on_restart(self, args, state, control, **kwargs):
+        super().on_restart(args, state, control, **kwargs)
         if self.bar is not None:
             self.bar.n = self.last_step = state.global_step
             self.bar.refresh()

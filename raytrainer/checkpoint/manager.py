@@ -38,6 +38,7 @@ class CheckpointManager:
         args = trainer.args
         self.output_dir = args.output_dir
         self.storage_options = args.storage_options
+        self.last_committed: Optional[str] = None  # rank 0: the newest checkpoint this group committed
         self.writer = CheckpointWriter(args.output_dir, args.storage_options, args.save_async,
                                        args.save_total_limit, on_commit=self._committed)
 
@@ -94,6 +95,7 @@ class CheckpointManager:
         self.writer.submit(snapshot, save_config, state.best_model_checkpoint, written=written)
 
     def _committed(self, step: int, url: str):
+        self.last_committed = url
         self.emitter.emit("save", global_step=step, checkpoint=url,
                           best_model_checkpoint=self.trainer.state.best_model_checkpoint,
                           best_metric=self.trainer.state.best_metric)

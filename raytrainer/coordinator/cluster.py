@@ -8,6 +8,7 @@ import sys
 from typing import Dict
 
 from ..errors import ConfigError
+from ..scaling import Workers, bounds
 from ..verbosity import filter_forwarded_logs, quiet_driver
 
 
@@ -71,9 +72,15 @@ def cluster_has_gpus() -> bool:
     return ray.cluster_resources().get("GPU", 0) > 0
 
 
-def check_placeable(num_workers: int, per_worker: Dict[str, float]):
-    """Fail now, naming the missing resource, if `num_workers` can never be placed on this cluster."""
+def check_placeable(num_workers: Workers, per_worker: Dict[str, float]):
+    """Fail now, naming the missing resource, if `num_workers` (an elastic range: its minimum) can never be
+    placed on this cluster as it is now. An elastic maximum above today's capacity is fine: the run grows
+    when nodes join."""
     import ray
+
+    needed = bounds(num_workers)[0]
+    asked = f"num_workers={num_workers}" if isinstance(num_workers, int) else \
+        f"num_workers={tuple(num_workers)} (at least {needed} to start)"
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     total = ray.cluster_resources()
@@ -86,11 +93,11 @@ def check_placeable(num_workers: int, per_worker: Dict[str, float]):
                 f"Each worker asks for {amount:g} {name} but no node of the cluster has that much (largest: "
                 f"{biggest:g}). Lower resources_per_worker[{name!r}] or add a node with more {name}.")
         per_node = sum(int(n["Resources"].get(name, 0) // amount) for n in nodes)
-        if per_node < num_workers:
+        if per_node < needed:
             raise ConfigError(
-                f"num_workers={num_workers} needs {num_workers * amount:g} {name} ({amount:g} per worker), but "
-                f"the cluster can place at most {per_node} such workers ({total.get(name, 0):g} {name} in "
-                f"total). Lower num_workers, lower resources_per_worker, or add nodes with {name}.")
+                f"{asked} needs {needed * amount:g} {name} ({amount:g} per worker), but the cluster can place at "
+                f"most {per_node} such workers ({total.get(name, 0):g} {name} in total). Lower num_workers, lower "
+                f"resources_per_worker, or add nodes with {name}.")
 
 
 def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float]):

@@ -1,12 +1,14 @@
-"""Tells the event sink why a worker group failed, so the restart that follows can say so.
+"""Tell the event sink why a worker group ends, so the group that replaces it can record and show it.
 
-A Ray Train `UserCallback` runs in the Ray Train controller actor; it reaches the driver's event sink
-through the actor handle it was pickled with.
+Ray Train callbacks run in the Ray Train controller actor; they reach the driver's event sink through the
+actor handle they were pickled with. Preemptions are recorded by the workers themselves (they know it
+first: `worker/stopping.py`).
 """
 
 from __future__ import annotations
 
 from ray.train import UserCallback
+from ray.train.v2._internal.execution.callback import ControllerCallback
 
 
 class FailureRecorder(UserCallback):
@@ -19,3 +21,55 @@ class FailureRecorder(UserCallback):
         parts = [f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                  for rank, exc in sorted(worker_exceptions.items())]
         ray.get(self.sink.record_failure.remote("; ".join(parts)[:500]))
+
+
+class ResizeRecorder(ControllerCallback):
+    """An elastic run's healthy worker group is stopped when Ray Train's elastic monitor finds room for a
+    different number of workers (every `elastic_resize_monitor_interval_s`). No public Ray Train callback sees
+    that, so this one is a `ControllerCallback` (Ray Train passes callbacks that are not `UserCallback`s to
+    its controller as they are; internal API of Ray 2.60)."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def after_controller_state_update(self, previous_state, current_state):
+        import ray
+
+        if type(current_state).__name__ != "ResizingState":  # a failure restarts through RestartingState
+            return
+        wanted = current_state.scaling_decision.num_workers
+        ray.get(self.sink.record_cause.remote(
+            "resize", f"Ray Train's elastic monitor found room for {wanted} workers"))
+
+
+class FreshClusterView(ControllerCallback):
+    """Elastic runs: keep the cluster view Ray Train's elastic policy decides from fresh.
+
+    The policy sizes a group from the reservations of Ray's AutoscalingCoordinator, which re-reads the
+    cluster's nodes every 20 s. Right after a node loss it still counts the lost node: the restart asks for
+    the old size, cannot be placed, and waits out the 60 s group start timeout before trying the smaller
+    size; a node that joins is seen up to 20 s late. While a group restarts (every controller iteration,
+    at most once a second) and while it runs (once per resize-monitor interval) this asks the coordinator
+    to recompute now. Internal API of Ray 2.60 (the coordinator lives in ray.data); any error is ignored:
+    the run then only resizes later."""
+
+    def __init__(self, monitor_interval_s: float):
+        self.monitor_interval_s = monitor_interval_s
+        self._last = 0.0
+
+    def after_controller_state_update(self, previous_state, current_state):
+        import time
+
+        name = type(current_state).__name__
+        every = 1.0 if name in ("RestartingState", "ReschedulingState") else (
+            self.monitor_interval_s if name == "RunningState" else None)
+        if every is None or time.monotonic() - self._last < every:
+            return
+        self._last = time.monotonic()
+        try:
+            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
+                get_or_create_autoscaling_coordinator
+
+            get_or_create_autoscaling_coordinator().get_reserved_resources.remote("raytrainer", recompute=True)
+        except Exception:  # noqa: BLE001 (a missing internal API only delays the resize)
+            pass

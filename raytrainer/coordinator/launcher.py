@@ -41,18 +41,29 @@ def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: 
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from .failures import FailureRecorder
+    from .failures import FailureRecorder, FreshClusterView, ResizeRecorder
 
-    sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).remote()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).options(scheduling_strategy=here).remote()
     try:
         data = ray.put(packed.data)  # owned by the driver: lives until this run ends, restarts included
+        # An elastic range goes to Ray Train as it is: it places between min and max workers at each start
+        # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (README: "Elastic").
+        scaling = dict(num_workers=tuple(args.num_workers), elastic_resize_monitor_interval_s=
+                       args.elastic_resize_monitor_interval_s) if args.elastic else dict(num_workers=args.max_workers)
         torch_trainer = TorchTrainer(
             ray_worker_main,
             train_loop_config={"payload": packed.payload, "data": data, "sink": sink},
-            scaling_config=ScalingConfig(num_workers=args.num_workers, use_gpu=use_gpu,
-                                         resources_per_worker=args.resources_per_worker),
-            run_config=RunConfig(name=run_name, failure_config=FailureConfig(max_failures=args.max_failures),
-                                 callbacks=[FailureRecorder(sink)], logging_config=train_logging_config(args)),
+            scaling_config=ScalingConfig(**scaling, use_gpu=use_gpu, resources_per_worker=args.resources_per_worker),
+            run_config=RunConfig(name=run_name, failure_config=FailureConfig(
+                                     max_failures=args.max_failures, max_preemption_failures=args.max_preemptions),
+                                 callbacks=[FailureRecorder(sink), ResizeRecorder(sink)] + (
+                                     [FreshClusterView(args.elastic_resize_monitor_interval_s)] if args.elastic
+                                     else []),
+                                 logging_config=train_logging_config(args)),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
             **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
         )
@@ -96,8 +107,10 @@ def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler, receive: C
 
     thread = threading.Thread(target=fit, name="raytrainer-fit", daemon=True)
     thread.start()
-    while thread.is_alive():
-        pump(POLL_INTERVAL_S)
+    with _first_ctrl_c_stops(sink) as stopping:
+        while thread.is_alive():
+            pump(POLL_INTERVAL_S)
+            stopping.relay()
     pump(0)
     if "error" in outcome:
         raise _unwrap(outcome["error"]) from outcome["error"]
@@ -106,6 +119,46 @@ def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler, receive: C
     if "receive_error" in outcome:
         raise outcome["receive_error"]
     return outcome["result"]
+
+
+class _first_ctrl_c_stops:
+    """While fit() runs: the first Ctrl-C asks every rank to save at its next step boundary and end the run
+    (train() then raises KeyboardInterrupt); a second one raises at once and abandons the run. The handler
+    only sets a flag: a KeyboardInterrupt in the middle of the pump could drop a control request that rank 0
+    waits on. Only the main thread can set handlers; elsewhere Ctrl-C keeps Python's behaviour."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self.pressed = self.relayed = False
+        self.previous = None
+
+    def __enter__(self):
+        import signal
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum, frame):
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.pressed = True
+
+    def relay(self):
+        if self.pressed and not self.relayed:
+            import ray
+
+            self.relayed = True
+            print("[raytrainer] interrupted: saving a checkpoint at the next step, then stopping "
+                  "(Ctrl-C again to abandon the run)", flush=True)
+            ray.get(self.sink.request_stop.remote("interrupt"))
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
 
 
 def _unwrap(error: BaseException) -> BaseException:

@@ -19,13 +19,13 @@ from .events import LoopEvents
 from .loop import TrainLoop, set_seed
 
 
-def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter) -> Any:
+def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, on_ray: bool = False) -> Any:
     trainer.ctx = ctx
     trainer._place_auxiliary_modules()
     events = LoopEvents(trainer, ctx, emitter, job.get("control_points", ()), job.get("rank_callbacks", ()))
     kind = job["kind"]
     if kind == "train":
-        return TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from")).run()
+        return TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from"), on_ray=on_ray).run()
 
     # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.
     set_seed(trainer.args.seed)
@@ -56,7 +56,7 @@ def ray_worker_main(config: Dict[str, Any]):
     levels = job.get("log_levels", {})
     configure_worker(levels.get(ctx.rank, levels.get("replica")))
     try:
-        result = run_job(trainer, job, ctx, emitter)
+        result = run_job(trainer, job, ctx, emitter, on_ray=True)
     except BaseException:
         emitter.emit("error", traceback=traceback.format_exc())
         emitter.flush(wait=True)

@@ -9,9 +9,11 @@
             num_items_in_batch = label items of the whole global batch (all micro-steps, all ranks)
             forward/backward each micro-batch (no gradient all-reduce but on the last), on_substep_end
             clip -> on_pre_optimizer_step -> optimizer step -> on_optimizer_step -> scheduler step
-            on_step_end -> log / evaluate / save when due or when a callback asked
+            on_step_end -> a preemption or Ctrl-C (agreed over ranks) asks to save and stop here
+                        -> log / evaluate / save when due or when a callback asked
         on_epoch_end -> epoch-interval log / evaluate / save
-    wait for the last checkpoint to commit -> log the run's metrics -> on_train_end -> rank 0 returns
+    wait for the last checkpoint to commit -> preempted: hand over to Ray Train, which restarts the group
+    -> log the run's metrics -> on_train_end -> rank 0 returns
 
 Every decision depends only on values that are identical on all ranks (the global step, reduced metrics,
 control flags combined over ranks in `worker/events.py`), so every rank takes it at the same step
@@ -35,12 +37,14 @@ from ..checkpoint.manager import CheckpointManager
 from ..data.columns import count_label_items
 from ..data.global_batch import global_batch_size
 from ..optim import optimizer_eval_mode, optimizer_train_mode
+from ..scaling import accumulation_at
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from .evaluation import evaluation_loop
 from .events import LoopEvents
 from .meter import Meter
 from .neftune import neftune
+from .stopping import StopSignals
 from .train_data import train_data
 
 
@@ -73,8 +77,11 @@ class Plan:
 
 
 class TrainLoop:
-    def __init__(self, trainer, ctx, emitter, events: LoopEvents, run_id: str, resume_from: Optional[str]):
+    def __init__(self, trainer, ctx, emitter, events: LoopEvents, run_id: str, resume_from: Optional[str],
+                 on_ray: bool = False):
         self.trainer = trainer
+        self.on_ray = on_ray
+        self.entered_at = time.time()  # setup_s on on_train_begin: how long building and resuming took
         self.args = trainer.args
         self.ctx = ctx
         self.emitter = emitter
@@ -94,6 +101,10 @@ class TrainLoop:
         url = self.checkpoints.find_resume_url(self.resume_from)
         if url is not None:  # before planning: another world size changes the accumulation (same global batch)
             self.checkpoints.keep_global_batch(url)
+        elif args.elastic:  # a fresh elastic start below max: the global batch is max workers' (scaling.py)
+            args.gradient_accumulation_steps = accumulation_at(args.gradient_accumulation_steps, args.max_workers,
+                                                               ctx.world_size)
+        self.stops = StopSignals(ctx, self.emitter, self.on_ray)
         self.dataloader = trainer._train_dataloader = trainer.get_train_dataloader()
         self.data = train_data(self.dataloader)
         self.plan = Plan.make(args, self.data.micro_batches_per_epoch())
@@ -109,24 +120,35 @@ class TrainLoop:
             state = self._resume(url, state)
         state.own.update(run_id=self.run_id, world_size=ctx.world_size,
                          global_batch_size=global_batch_size(args, ctx.world_size))
+        self._record_restart(state, url)
         # Per-rank facts: a restored state carries rank 0's.
         state.is_local_process_zero, state.is_world_process_zero = ctx.local_rank == 0, ctx.is_main
         trainer.state = state
 
     def _resume(self, url: str, fresh: TrainerState) -> TrainerState:
         restored = self.checkpoints.restore(url)
-        restart = restored.own.get("run_id") == self.run_id
         for name in ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps"):
             setattr(restored, name, getattr(fresh, name))
-        if restart and self.ctx.is_main:
-            cause = self.emitter.last_failure() or "worker group restarted"
-            restored.restarts.append({"global_step": restored.global_step, "cause": cause, "time": time.time(),
-                                      "checkpoint": url})
-            self.emitter.emit("restart", global_step=restored.global_step, epoch=restored.epoch, cause=cause,
-                              checkpoint=url)
         if self.args.ignore_data_skip:
             restored.samples_seen_in_epoch = 0
         return restored
+
+    def _record_restart(self, state: TrainerState, url: Optional[str]):
+        """Rank 0 of a group that replaces another one of this run (after a failure, a preemption or a resize)
+        records why, and the resize if the world size changed, in the trainer state and as events."""
+        if not self.ctx.is_main:
+            return
+        started = self.emitter.group_started({
+            "world_size": self.ctx.world_size, "global_step": state.global_step, "checkpoint": url,
+            "gradient_accumulation_steps": self.args.gradient_accumulation_steps})
+        if started is None:  # the run's first worker group
+            return
+        for name in ("restarts", "resizes"):  # the checkpoint's (earlier runs too), then this run's, once each
+            kept = getattr(state, name)
+            kept.extend(r for r in started[name] if r not in kept)
+        self.emitter.emit("restart", epoch=state.epoch, **started["restart"])
+        if started["resize"] is not None:
+            self.emitter.emit("resize", epoch=state.epoch, **started["resize"])
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Optional[dict]:
@@ -139,13 +161,16 @@ class TrainLoop:
         with neftune(trainer.model, self.args.neftune_noise_alpha):
             control = self.events.fire("train_begin", max_steps=state.max_steps,
                                        num_train_epochs=state.num_train_epochs, world_size=ctx.world_size,
-                                       best_metric=state.best_metric, best_global_step=state.best_global_step)
+                                       best_metric=state.best_metric, best_global_step=state.best_global_step,
+                                       setup_s=round(time.time() - self.entered_at, 3))
             if self.args.eval_on_start and state.global_step == 0:
                 control = self._evaluate(state)
             while (not control.should_training_stop and state.global_step < state.max_steps
                    and state.epoch_index < self.plan.num_epochs):
                 control = self._train_epoch(state)
         self.checkpoints.wait()
+        if self.stops.reason == "preemption" and state.global_step < state.max_steps:
+            self.stops.hand_over(state.global_step, self.checkpoints.last_committed)  # does not return
         return self._finish(state, time.time() - start_time, state.global_step - start_step)
 
     def _train_epoch(self, state: TrainerState) -> TrainerControl:
@@ -183,6 +208,8 @@ class TrainLoop:
             state.epoch = epoch + self.data.fraction(state.samples_seen_in_epoch)
             self.meter.step_done(grad_norm, data_wait=started - waited, busy=time.perf_counter() - started)
             control = self.events.fire("step_end")
+            if self.stops.check():  # a preemption or Ctrl-C: every rank saves at this step and stops
+                control.should_save = control.should_training_stop = True
             control = self._maybe_log_evaluate_save(state, control)
             if state.global_step >= state.max_steps:
                 control.should_training_stop = True
@@ -325,7 +352,7 @@ class TrainLoop:
         if not self.ctx.is_main:
             return None
         return {"state": state.to_json_string(), "model_state": model_state,
-                "train_output": TrainOutput(state.global_step, train_loss, metrics)}
+                "train_output": TrainOutput(state.global_step, train_loss, metrics), "stopped": self.stops.reason}
 
 
 class _null:

@@ -1,0 +1,128 @@
+"""Stopping at a step boundary with a committed checkpoint: a preemption, or the driver's Ctrl-C.
+
+A preemption is a SIGTERM to any worker (what Kubernetes and cloud schedulers send before they reclaim a
+node) or Ray Core draining a worker's node (Ray Train then sets the worker's preemption info). The SIGTERM
+handler only sets a flag; at each step end every rank puts its own flags into one small all-reduce (MAX),
+so all ranks see the same request at the same step (principle 1), save there, and:
+
+- preemption: once the checkpoint is committed, every rank reports itself preempted to Ray Train
+  (`preemption_context`, the field Ray's own drain watcher sets) and waits. The controller moves to its
+  PreemptingState, finds the deadline passed at its next poll (every 2 s), and restarts the worker group
+  from the newest committed checkpoint, counting a *preemption* (`FailureConfig.max_preemption_failures`),
+  not a failure: `max_failures` is untouched. Returning instead would end the run as finished, and raising
+  would count a failure.
+- interrupt (Ctrl-C on the driver, relayed by the event sink): the run ends as if a callback stopped it, and
+  `train()` raises KeyboardInterrupt; `train(resume_from_checkpoint=True)` continues.
+
+Ray's worker process installs its own SIGTERM handler (exit at once). Signal handlers can only be set from
+a process's main thread, and the training function runs in another thread, so ours is installed by a
+task on this worker's own actor (its tasks run on the main thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import List, Optional
+
+import torch
+
+logger = logging.getLogger("raytrainer")
+
+NOTHING, INTERRUPT, PREEMPT = 0, 1, 2
+# A worker group that reported itself preempted and was not torn down by then has met a Ray Train that does
+# not act on preemption info: fail (a counted failure) rather than wait for ever.
+HAND_OVER_TIMEOUT_S = 120.0
+
+_sigterm = threading.Event()
+
+
+def _on_sigterm(signum, frame):
+    _sigterm.set()
+
+
+def _install_on_main_thread() -> bool:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return True
+
+
+def install_sigterm_handler() -> bool:
+    """Make SIGTERM a preemption request in this Ray Train worker; False (and a warning) if that fails."""
+    import ray
+
+    try:
+        actor = ray.get_runtime_context().current_actor
+        return bool(ray.get(actor.execute.remote(_install_on_main_thread), timeout=60))
+    except Exception as exc:  # a Ray Train without RayTrainWorker.execute: SIGTERM stays Ray's (a failure)
+        logger.warning("Could not install the SIGTERM handler (%s: %s): a SIGTERM will count as a worker "
+                       "failure, not a preemption.", type(exc).__name__, exc)
+        return False
+
+
+def _ray_preemption_pending() -> bool:
+    """Whether Ray Train's drain watcher marked this worker's group as being preempted."""
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context
+
+        return get_train_context().preemption_context.preemption_info is not None
+    except Exception:
+        return False
+
+
+class StopSignals:
+    def __init__(self, ctx, emitter, on_ray: bool):
+        self.ctx = ctx
+        self.emitter = emitter
+        self.on_ray = on_ray
+        self.reason: Optional[str] = None  # "preemption" or "interrupt", once agreed
+        self.ranks: List[int] = []  # the ranks that asked
+        self._watch = emitter.stop_watch() if ctx.is_main else None
+        if on_ray:
+            _sigterm.clear()  # a fresh worker process; cleared for the in-process tests' sake
+            install_sigterm_handler()
+
+    def check(self) -> Optional[str]:
+        """Every rank, at every step end: the agreed reason to stop now, or None. One all-reduce of world_size
+        ints: each rank writes its own slot, so every rank also learns who asked."""
+        local = NOTHING
+        if self.on_ray and (_sigterm.is_set() or _ray_preemption_pending()):
+            local = PREEMPT
+        elif self._watch is not None and self._watch.requested():
+            local = INTERRUPT
+        codes = [local]
+        if self.ctx.distributed:
+            slots = torch.zeros(self.ctx.world_size, dtype=torch.int32, device=self.ctx.device)
+            slots[self.ctx.rank] = local
+            codes = self.ctx.all_reduce_max(slots).tolist()
+        top = max(codes)
+        if top == NOTHING:
+            return None
+        self.reason = "preemption" if top == PREEMPT else "interrupt"
+        self.ranks = [r for r, c in enumerate(codes) if c == top]
+        return self.reason
+
+    def describe(self) -> str:
+        if self.reason == "interrupt":
+            return "interrupted on the driver (Ctrl-C)"
+        return f"preemption: SIGTERM or node drain on rank {', '.join(map(str, self.ranks))}"
+
+    def hand_over(self, global_step: int, checkpoint: Optional[str]):
+        """After the preemption checkpoint committed: tell the driver why this group ends, report the group
+        preempted to Ray Train, and wait to be torn down (the restart resumes from that checkpoint)."""
+        import ray
+        from ray.train.v2._internal.execution.context import get_train_context
+        from ray.train.v2.api.preemption import PreemptionInfo
+
+        if self.ctx.is_main:
+            self.emitter.emit("preempted", global_step=global_step, checkpoint=checkpoint, cause=self.describe())
+            self.emitter.flush(wait=True)
+            self.emitter.record_cause("preemption", self.describe())
+        node = ray.get_runtime_context().get_node_id()
+        # A deadline already passed: Ray Train restarts at its next poll instead of waiting out a drain window.
+        get_train_context().preemption_context.preemption_info = PreemptionInfo(
+            deadline_ms=int(time.time() * 1000), preempted_node_to_ranks={node: [self.ctx.rank]})
+        time.sleep(HAND_OVER_TIMEOUT_S)
+        raise RuntimeError(f"Preempted at step {global_step} and checkpointed, but Ray Train did not restart the "
+                           f"worker group within {HAND_OVER_TIMEOUT_S:.0f} s.")
