@@ -41,6 +41,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+STOP_GRACE_S = 3.0
+
+
 class LocalCluster:
     """The cluster described by `<state_dir>/cluster.json`: the head's address and each node's process group."""
 
@@ -95,13 +98,18 @@ class LocalCluster:
         for node in reversed(self.state.get("nodes", [])):
             if node.get("alive", True):
                 _kill_group(node["pgid"], signal.SIGTERM)
-        deadline = time.time() + 20
+        # A short grace: `ray start --block` and its GCS do not exit on SIGTERM within 25 s (measured), and
+        # nothing of a node outlives it but files in the cluster's own temp dir, removed below.
+        deadline = time.time() + STOP_GRACE_S
         for node in self.state.get("nodes", []):
             while _group_alive(node["pgid"]) and time.time() < deadline:
                 _reap(node["pid"])
                 time.sleep(0.2)
             _kill_group(node["pgid"], signal.SIGKILL)
             _reap(node["pid"])
+        for node in self.state.get("nodes", []):  # SIGKILL is delivered asynchronously: return once it took
+            while _group_alive(node["pgid"]) and time.time() < deadline + 5:
+                time.sleep(0.05)
         if self.state.get("temp_dir"):
             shutil.rmtree(self.state["temp_dir"], ignore_errors=True)
         self.state = {}

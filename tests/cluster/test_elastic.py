@@ -8,7 +8,7 @@ a head without CPUs and two 1-CPU worker nodes, so each worker of a 2-worker gro
   preemption (max_failures=0, so a counted failure would end the run), and the run ends exact.
 
 The drivers run in their own processes (`elastic_script.py`), joining the cluster through RAY_ADDRESS; the
-cluster is shared by the module's tests.
+cluster is shared by the package's tests (conftest.py).
 """
 
 import glob
@@ -26,22 +26,10 @@ import torch
 from raytrainer import Trainer
 from raytrainer.checkpoint.listing import list_checkpoints
 from tests.cluster import elastic_script as script
-from tests.cluster.test_local_cluster import ROOT, LocalCluster, _group_alive
+from tests.cluster.conftest import ROOT
 from tests.models import TokenData, assert_same_weights, make_model, weights
 
 WAIT_S = 240
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    local = LocalCluster(str(tmp_path_factory.mktemp("elastic-cluster")))
-    try:
-        local.start(workers=2, head_cpus=0, worker_cpus=1, timeout_s=180)
-        yield local
-    finally:
-        groups = local.process_groups()
-        local.stop()
-        assert not any(_group_alive(g) for g in groups), "a process of the local cluster survived"
 
 
 @pytest.fixture(scope="module")

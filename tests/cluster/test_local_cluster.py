@@ -1,16 +1,14 @@
 """The local multi-node cluster script: a head and two worker nodes on loopback, a 2-worker run that trains
-across them (one worker per node), and a stop that leaves none of its processes behind."""
+across them (one worker per node); the cluster fixture (conftest.py) checks that stopping it leaves none of
+its processes behind."""
 
 import json
 import os
 import subprocess
 import sys
 
-import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "cluster"))
-from local_cluster import LocalCluster, _group_alive  # noqa: E402
+from tests.cluster.conftest import ROOT
 
 DRIVER = """
 import json, os, sys
@@ -31,18 +29,6 @@ trainer = WhereAmI(model=make_model(), args=args, train_dataset=TokenData(32))
 trainer.where = sys.argv[2]
 print(trainer.train().global_step)
 """
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    local = LocalCluster(str(tmp_path / "cluster"))
-    try:
-        local.start(workers=2, head_cpus=0, worker_cpus=1, resources={"spot": 1}, timeout_s=180)
-        yield local
-    finally:
-        groups = local.process_groups()
-        local.stop()
-        assert groups and not any(_group_alive(g) for g in groups), "a process of the local cluster survived"
 
 
 def test_a_two_worker_run_trains_across_two_worker_nodes(cluster, tmp_path):
