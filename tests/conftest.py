@@ -14,11 +14,6 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
-# Ray Train's controller polls its workers every 2 s (Ray's default), so each run ends on average 1 s after
-# its workers do; the suite starts some sixty worker groups. Polling 4 times a second changes no result.
-FAST_POLLING = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25"}
-
-
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 4 logical CPUs: two 1-CPU workers plus headroom, on a 2-core machine."""
@@ -29,7 +24,7 @@ def ray_session():
     if not ray.is_initialized():
         # address="local": always a new instance, never a cluster another test or script started here.
         ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
-                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **FAST_POLLING}})
+                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
     connect()  # reuses the running instance
     yield ray
     ray.shutdown()

@@ -118,20 +118,39 @@ def test_resume_continues_the_epoch_or_starts_it_over_with_ignore_data_skip(tmp_
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_driver_of_a_two_worker_ray_run_killed_with_sigkill_then_rerun_with_resume(tmp_path, uninterrupted):
-    """The driver runs its own Ray job with 2 workers; SIGKILL takes the job's actors with it. The rerun
-    (with resume) finishes with the weights of the uninterrupted single-process run (same global batches)."""
+def test_ctrl_c_then_sigkill_of_a_two_worker_ray_driver_and_resume_end_exact(tmp_path, uninterrupted):
+    """The driver runs its own Ray job with 2 workers. Ctrl-C (SIGINT): every worker saves at the next step
+    boundary, the checkpoint commits, train() raises KeyboardInterrupt. The rerun with resume is killed with
+    SIGKILL (the job's actors go with it) once a later checkpoint commits. Resuming that (here in one
+    process: the same global batch) ends with the uninterrupted run's weights."""
     output_dir = str(tmp_path / "run")
-    proc = _script(output_dir, tmp_path / "r1.pt", None, "--num-workers", "2", "--sleep-per-step", "0.3",
-                   wait=False)
-    deadline = time.time() + 180
-    while newest_committed(output_dir) is None and time.time() < deadline:
-        assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert newest_committed(output_dir) is not None and not os.path.exists(tmp_path / "r1.pt")
 
-    resumed = _script(output_dir, tmp_path / "r2.pt", None, "--num-workers", "2", "--resume")
-    assert resumed.returncode == 0, resumed.stdout.read()[-3000:]
-    assert_same_weights(torch.load(tmp_path / "r2.pt")["weights"], uninterrupted[0])
+    def committed_step():
+        url = newest_committed(output_dir)
+        return None if url is None else int(url.rsplit("-", 1)[1])
+
+    def run_until_committed_after(step, *extra):
+        proc = _script(output_dir, tmp_path / "never.pt", None, "--num-workers", "2", "--sleep-per-step", "0.3",
+                       *extra, wait=False)
+        deadline = time.time() + 180
+        while (committed_step() or 0) <= step and time.time() < deadline:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        return proc
+
+    interrupted = run_until_committed_after(0)
+    first = committed_step()
+    os.kill(interrupted.pid, signal.SIGINT)
+    out, _ = interrupted.communicate(timeout=120)
+    assert interrupted.returncode != 0 and "KeyboardInterrupt" in out, out[-3000:]
+    stopped_at = committed_step()
+    assert first < stopped_at < STEPS  # a checkpoint of its own, after the first periodic one
+
+    killed = run_until_committed_after(stopped_at, "--resume")
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert stopped_at < committed_step() < STEPS and not os.path.exists(tmp_path / "never.pt")
+
+    resumed = SlowTrainer(model=make_model(), args=training_args(output_dir), train_dataset=TokenData(44))
+    assert resumed.train(resume_from_checkpoint=True).global_step == STEPS
+    assert_same_weights(resumed.model.state_dict(), uninterrupted[0])

@@ -1,6 +1,6 @@
 """One local multi-node cluster (cluster/local_cluster.py) for the package's tests: a head without CPUs and
-two 1-CPU worker nodes on loopback. Starting one costs ~15 s on 2 cores, so the modules share it; a test
-that removes a node adds one back. Stopping it must leave none of its processes behind."""
+two 1-CPU worker nodes on loopback. Starting one costs ~15 s on 2 cores, so the tests share it; a test that
+removes a node adds one back. Stopping it must leave none of its processes behind."""
 
 import os
 import sys

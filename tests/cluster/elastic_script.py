@@ -5,7 +5,7 @@
 The workers and the test talk through files in WORK_DIR (instance attributes travel to the workers;
 every process here shares the disk):
 - every micro-batch a worker trains on is appended to seen-<pid>.jsonl: step, world size, the step its
-  group started from, sample ids, time; the test keeps, for each step, only the group that ran it last;
+  group started from, its node, sample ids, time; the test keeps, for each step, only the group that ran it last;
 - "shrink-grow": at step 5 with 2 workers rank 0 writes `paused-2` and waits (the test removes a node:
   the group dies, Ray Train restarts it with 1 worker); at step 9 with 1 worker it writes `paused-1` and
   waits (the test adds a node back: Ray Train's elastic monitor restarts the group with 2). Each pause
@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 
+import ray
 import torch
 
 from raytrainer import Trainer, TrainingArguments
@@ -58,6 +59,7 @@ class Probe(Trainer):
             self._start = self.state.global_step  # the step this worker group started from
         with open(os.path.join(self.work, f"seen-{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps({"step": step, "world": world, "start": self._start, "rank": self.ctx.rank,
+                                "node": ray.get_runtime_context().get_node_id(),
                                 "padding": self._loss_weight == 0, "idx": inputs["idx"].tolist(),
                                 "time": time.time()}) + "\n")
 

@@ -7,6 +7,10 @@ a head without CPUs and two 1-CPU worker nodes, so each worker of a 2-worker gro
 - a worker receives SIGTERM: every rank saves at the next step boundary, Ray Train restarts the group as a
   preemption (max_failures=0, so a counted failure would end the run), and the run ends exact.
 
+The first phase of the shrink-grow run is also the check of the local cluster script itself: a 2-worker run
+across its two worker nodes (one worker on each); the fixture checks that stopping the cluster leaves none of
+its processes behind.
+
 The drivers run in their own processes (`elastic_script.py`), joining the cluster through RAY_ADDRESS; the
 cluster is shared by the package's tests (conftest.py).
 """
@@ -101,6 +105,9 @@ def test_elastic_run_shrinks_on_node_loss_and_grows_back_exact(cluster, referenc
     assert_same_weights(result["weights"], reference)
     last = _assert_each_sample_once_per_epoch(tmp_path)
     assert [last[s][0]["world"] for s in (1, 5, 8, 9, 12)] == [2, 1, 1, 2, 2]
+    # The local cluster script's nodes are real: the 2-worker group ran one worker on each worker node (the
+    # head has no CPU).
+    assert len({r["node"] for r in last[1]}) == 2
 
     shrink, grow = result["resizes"]
     assert (shrink["previous_world_size"], shrink["world_size"]) == (2, 1)
