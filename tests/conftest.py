@@ -14,6 +14,12 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
+# This Ray is one node: no node of it can be drained, so Ray Train's node-drain watcher (an actor started
+# for every run, about 1 s of the ~13 s a worker group takes to start here) has nothing to watch. Preemption by
+# SIGTERM does not use it; the multi-node tests (tests/cluster) run their drivers without this setting.
+SINGLE_NODE = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 4 logical CPUs: two 1-CPU workers plus headroom, on a 2-core machine."""
@@ -24,7 +30,7 @@ def ray_session():
     if not ray.is_initialized():
         # address="local": always a new instance, never a cluster another test or script started here.
         ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
-                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
+                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **SINGLE_NODE}})
     connect()  # reuses the running instance
     yield ray
     ray.shutdown()

@@ -1,7 +1,7 @@
 """`ray.data.Dataset` input on real Ray: every row trained on exactly once per epoch on 2 workers (an odd
 row count, so the shards are uneven), also after a worker is killed mid-epoch (and then with the weights
 of the uninterrupted run: the split is deterministic), also when Ray cannot know the length; evaluation
-and prediction in dataset order; bad input refused on the driver."""
+(2 workers) and prediction (in process) in dataset order; bad input refused on the driver."""
 
 import collections
 import os
@@ -106,17 +106,6 @@ def test_every_row_once_per_epoch_and_exact_after_a_kill_mid_epoch(tmp_path):
     # Same world size, deterministic split: the resumed run is the uninterrupted one.
     assert_same_weights(weights(killed.model), weights(reference.model))
 
-    # Prediction on a Ray Dataset (every rank reads the stream, keeps its batches) comes back in order.
-    test_rows = rows(11)
-    predicted = reference.predict(test_rows)
-    # The dataset's order: that of its materialized blocks (which finished first), not necessarily of ids.
-    order = np.array([row["idx"] for row in test_rows.take_all()])
-    batch = tokenize({"id": order})
-    with torch.no_grad():
-        expected = reference.model(input_ids=torch.as_tensor(batch["input_ids"]))["logits"].numpy()
-    np.testing.assert_allclose(predicted.predictions, expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(predicted.label_ids, batch["labels"])
-
 
 def test_unknown_length_every_row_once_per_epoch_and_evaluation_in_order(tmp_path):
     with pytest.raises(ConfigError, match="set max_steps"):
@@ -148,6 +137,18 @@ def test_in_process_and_bad_input(tmp_path):
     trainer = make_trainer(tmp_path, "local", rows(), num_workers=0, num_train_epochs=1, save_strategy="no")
     trainer.train()
     assert trained_rows(trainer)[0] == collections.Counter(range(ROWS))
+
+    # predict() on a Ray Dataset comes back in the dataset's order (on 2 workers the gathering is the
+    # evaluation's, checked in order above).
+    test_rows = rows(11)
+    predicted = trainer.predict(test_rows)
+    # The dataset's order: that of its materialized blocks (which finished first), not necessarily of ids.
+    order = np.array([row["idx"] for row in test_rows.take_all()])
+    batch = tokenize({"id": order})
+    with torch.no_grad():
+        expected = trainer.model(input_ids=torch.as_tensor(batch["input_ids"]))["logits"].numpy()
+    np.testing.assert_allclose(predicted.predictions, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(predicted.label_ids, batch["labels"])
 
     unlabeled = ray.data.range(8).map_batches(lambda b: {"input_ids": (b["id"][:, None] + np.arange(4)) % VOCAB})
     with pytest.raises(ConfigError, match="no 'labels' column"):
