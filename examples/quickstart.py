@@ -3,7 +3,7 @@
 The text is the help topics that ship with CPython (`pydoc_data.topics`), encoded as bytes, so nothing is
 downloaded. The model is built from a config (no pretrained weights). Runs on an embedded local Ray:
 
-    python examples/quickstart.py                      # 2 workers, ~2 minutes on a 2-core CPU
+    python examples/quickstart.py                      # 2 workers, ~1 minute on a 2-core CPU
     python examples/quickstart.py --num_workers 4 --max_steps 400 --output_dir s3://bucket/run
     python examples/quickstart.py config.yaml          # any TrainingArguments field, from a file
 """
