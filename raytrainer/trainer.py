@@ -98,8 +98,8 @@ class Trainer(ResultsMixin, WorkerHooks):
             raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
         args = self.args
         preflight.check_inputs(self, training=True)
-        if self._reads_ray_data():  # the loss check below reads two rows of it
-            cluster.connect(self.args.ray_address)
+        if self._reads_ray_data():  # the loss check below reads two rows of it (other inputs need no Ray yet)
+            self._connect(*self._datasets())
         preflight.check_loss(self, self.train_dataset, "train_dataset")
         self._connect_and_check_storage()
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
@@ -173,9 +173,12 @@ class Trainer(ResultsMixin, WorkerHooks):
         if self.args.max_workers > 0 or any(ray_data.is_ray_dataset(d) for d in datasets):
             cluster.connect(self.args.ray_address)
 
-    def _reads_ray_data(self) -> bool:
+    def _datasets(self) -> list:
         evals = self.eval_dataset.values() if isinstance(self.eval_dataset, dict) else [self.eval_dataset]
-        return any(ray_data.is_ray_dataset(d) for d in (self.train_dataset, *evals))
+        return [self.train_dataset, *evals]
+
+    def _reads_ray_data(self) -> bool:
+        return any(ray_data.is_ray_dataset(d) for d in self._datasets())
 
     def _use_gpu(self) -> bool:
         if self.args.max_workers == 0:
@@ -226,7 +229,6 @@ class Trainer(ResultsMixin, WorkerHooks):
         # A ray.data.Dataset goes to Ray Train, not into the pickle (data/ray_data.py).
         with ray_data.detached(self, job, in_process) as datasets:
             packed = preflight.serialise(self, job)
-            row_counts = {name: ray_data.known_row_count(ds) for name, ds in datasets.items()}
         use_gpu = self._use_gpu()
         receive = receive or (lambda result: result)
         if in_process:
@@ -235,7 +237,7 @@ class Trainer(ResultsMixin, WorkerHooks):
             # Work on a copy, as a worker would: the driver's model changes only from the result.
             trainer, job = transfer.unpack(packed.payload, packed.data)
             return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
-        data_config = ray_data.data_config(datasets, row_counts, self.args.dataloader_drop_last)
+        data_config = ray_data.data_config(datasets, self.args.dataloader_drop_last)
         return launcher.run_on_ray(packed, self.callback_handler, self.args, use_gpu, run_name, receive,
                                    datasets=datasets, data_config=data_config)
 

@@ -135,10 +135,11 @@ def check_train_length(dataset, args):
             "num_train_epochs works).")
 
 
-def data_config(datasets: Dict[str, Any], row_counts: Dict[str, Optional[int]], drop_last: bool):
+def data_config(datasets: Dict[str, Any], drop_last: bool):
     """The Ray Train `DataConfig` for our datasets (None when there is none)."""
     if not datasets:
         return None
+    row_counts = {name: known_row_count(ds) for name, ds in datasets.items()}
     return _exact_split_class()(row_counts=row_counts, drop_last=drop_last)
 
 

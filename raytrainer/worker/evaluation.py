@@ -107,7 +107,10 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
     loss_sum, count = None, 0  # loss_sum stays None when the model gives no loss (no labels)
     buffer = PredictionBuffer(args.eval_accumulation_steps)
-    missing = _passes_behind(trainer, dataloader)  # a collective: before any forward pass
+    # Every rank reads the whole stream of a Ray Dataset, so it knows after the pass how many it is short of;
+    # otherwise the count is a collective, agreed before any forward pass.
+    interleaved = isinstance(dataloader, RayEvalLoader)
+    missing = 0 if interleaved else _passes_behind(trainer, dataloader)
     batch = None
     for batch in dataloader:
         size = _batch_size(batch)
@@ -120,9 +123,8 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         buffer.add(_detached(logits), _detached(label))
         if on_step is not None:
             on_step("prediction_step")
-    interleaved = isinstance(dataloader, RayEvalLoader)
     if interleaved and _sharded(trainer):
-        missing = dataloader.passes_behind()  # every rank read the whole stream: no collective needed
+        missing = dataloader.passes_behind()
     if missing:
         _filler_passes(trainer, model, dataloader, batch, missing, prediction_loss_only, ignore_keys)
     trainer._eval_peak_device_bytes = buffer.peak_device_bytes
@@ -160,7 +162,7 @@ def _passes_behind(trainer, dataloader) -> int:
     before the first pass, or the count's all-reduce would meet another rank's gather.) Replicated
     strategies need nothing."""
     ctx = trainer.ctx
-    if not _sharded(trainer) or isinstance(dataloader, RayEvalLoader):  # that one knows after the pass
+    if not _sharded(trainer):
         return 0
     mine = len(dataloader)
     return int(ctx.all_reduce_max(torch.tensor(mine, device=ctx.device)).item()) - mine
