@@ -42,7 +42,11 @@ class CountsRows(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if torch.is_grad_enabled() and self._loss_weight:  # not the driver's 2-sample check, not fillers
-            attempt = 2 if os.path.exists(self.marker) else 1
+            # Decided once per worker process: a rank of the first group can still be training when rank 1
+            # writes the marker and dies, and that step is rolled back with its group.
+            if not hasattr(self, "_attempt"):
+                self._attempt = 2 if os.path.exists(self.marker) else 1
+            attempt = self._attempt
             ids = " ".join(str(int(i)) for i in inputs["idx"])
             with open(os.path.join(self.log_dir, f"rows.{os.getpid()}"), "a") as f:
                 f.write(f"{attempt} {self.state.global_step + 1} {self.state.epoch_index} {ids}\n")
