@@ -157,3 +157,7 @@ def test_in_process_and_bad_input(tmp_path):
     unlabeled = ray.data.range(8).map_batches(lambda b: {"input_ids": (b["id"][:, None] + np.arange(4)) % VOCAB})
     with pytest.raises(ConfigError, match="no 'labels' column"):
         make_trainer(tmp_path, "nolabels", unlabeled, max_steps=2).train()
+
+    # 4 workers of 1 CPU on the test Ray's 4 CPUs leave none for Ray Data's tasks: refused before any actor.
+    with pytest.raises(ConfigError, match="leaves none for Ray Data's own tasks.*resources_per_worker"):
+        make_trainer(tmp_path, "nocpu", rows(), num_workers=4).train()
