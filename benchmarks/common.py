@@ -201,11 +201,12 @@ def ship_by_value():
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT) -> float:
+def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: bool = False) -> float:
     """A fresh embedded Ray, as raytrainer's `cluster.connect()` starts one, but never another session's
     cluster: with address=None, ray.init joins whatever /tmp/ray/ray_current_cluster names (a `ray start`
     by someone else). raytrainer reuses an initialised Ray as it is. `root`: where the workers import
-    raytrainer from (another checkout, to measure its code). Returns the seconds it took."""
+    raytrainer from (another checkout, to measure its code). `dashboard`: for `ray.util.state`. Returns the
+    seconds it took."""
     import ray
 
     t0 = time.perf_counter()
@@ -213,7 +214,7 @@ def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT) -> float:
     here = os.path.dirname(os.path.abspath(__file__))
     existing = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([here, root] + ([existing] if existing else [])))
-    ray.init(address="local", num_cpus=num_cpus, logging_level=logging.WARNING, include_dashboard=False,
+    ray.init(address="local", num_cpus=num_cpus, logging_level=logging.WARNING, include_dashboard=dashboard,
              runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
     return time.perf_counter() - t0
 

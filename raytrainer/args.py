@@ -30,7 +30,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 # Fields that are ours (not in HF's TrainingArguments); listed so docs and the parser can say so.
 RAY_FIELDS = (
     "num_workers", "use_gpu", "resources_per_worker", "strategy", "max_failures", "max_preemptions",
-    "elastic_resize_monitor_interval_s", "ray_address",
+    "elastic_resize_monitor_interval_s", "worker_idle_timeout_s", "ray_address",
     "storage_options", "save_async", "allow_local_output_dir_on_multinode",
     "logging_dir",  # HF 4's name (HF 5 reads TENSORBOARD_LOGGING_DIR instead); kept, since scripts still pass it
 )
@@ -170,6 +170,10 @@ class TrainingArguments:
     max_preemptions: int = _help("Restarts after a preemption (a worker got SIGTERM, or Ray drains its node): "
                                  "checkpointed at the next step, counted apart from max_failures (-1: unlimited).",
                                  default=-1)
+    worker_idle_timeout_s: float = _help(
+        "The worker group started by the first call is kept for the next train()/evaluate()/predict() and "
+        "released after this many seconds without one (or by trainer.close()); 0 releases it after each call.",
+        default=300.0)
     ray_address: Optional[str] = _help("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
                                        "an embedded local Ray.", default=None)
     storage_options: Optional[dict] = _help("fsspec options for output_dir (e.g. S3 endpoint_url, key). "
@@ -304,6 +308,9 @@ class TrainingArguments:
                                       f"multiple of eval_steps ({self.eval_steps}), both steps or both ratios.")
         self.num_workers = normalise_workers(self.num_workers)
         check_elastic_batch(self.num_workers, self.per_device_train_batch_size, self.gradient_accumulation_steps)
+        if not self.worker_idle_timeout_s >= 0:
+            raise ConfigError(f"worker_idle_timeout_s={self.worker_idle_timeout_s!r} must be >= 0 (seconds; 0 "
+                              "releases the workers after each call).")
         if not self.elastic_resize_monitor_interval_s >= 0:
             raise ConfigError(f"elastic_resize_monitor_interval_s={self.elastic_resize_monitor_interval_s!r} must be "
                               ">= 0 seconds.")

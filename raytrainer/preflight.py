@@ -14,7 +14,7 @@ from .data.columns import LABEL_ALIASES, count_label_items, dataset_columns
 from .data.ray_data import check_train_length, is_ray_dataset, sample_rows
 from .errors import ConfigError
 
-DRIVER_ONLY = ("callback_handler",)
+DRIVER_ONLY = ("callback_handler", "_group", "_group_release")
 
 
 def check_dataset(dataset: Any, name: str):

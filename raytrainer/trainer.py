@@ -7,6 +7,9 @@ that run on the workers are inherited from `WorkerHooks`.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import uuid
 from typing import Any, Callable, Dict, Optional, Union
 
@@ -21,14 +24,19 @@ from .checkpoint import storage
 from .checkpoint.listing import newest_committed
 from .checkpoint.manifest import is_committed
 from .checkpoint.model_io import load_into, save_model_files
-from .coordinator import cluster, launcher
+from .coordinator import cluster, holders, launcher
+from .coordinator.group import Spec, WorkerGroup
+from .coordinator.launcher import TrainingError
 from .data import ray_data
 from .errors import ConfigError, StorageError
 from .results import ResultsMixin
+from .scaling import bounds
 from .state import PredictionOutput, TrainerState, TrainOutput
 from .verbosity import quiet_driver, worker_level
 from .worker.context import WorkerContext
 from .worker.hooks import WorkerHooks
+
+logger = logging.getLogger("raytrainer")
 
 
 class Trainer(ResultsMixin, WorkerHooks):
@@ -66,6 +74,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         for callback in callbacks or []:
             self.add_callback(callback)
         self.callback_handler.context = {"model": model, "processing_class": processing_class}
+        self._group = self._group_release = None  # the worker group, once a call needs one (coordinator/group.py)
+        self._created_at = _caller_site()
         self.callback_handler.handle({"kind": "init_end"})
 
     # ------------------------------------------------------------------ callbacks (HF API)
@@ -91,6 +101,23 @@ class Trainer(ResultsMixin, WorkerHooks):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+    # ------------------------------------------------------------------ the worker group's life
+    def close(self):
+        """Release the worker group (its actors, GPUs and CPUs) now; a later call starts a new one. Also done
+        by `with Trainer(...) as trainer:`, after worker_idle_timeout_s without a call, when the Trainer is
+        garbage-collected, and at interpreter exit."""
+        if self._group is not None:
+            self._group_release.detach()
+            holders.release(self._group)
+            self._group = self._group_release = None
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
 
     # ------------------------------------------------------------------ public API
     def train(self, resume_from_checkpoint: Union[str, bool, None] = None, **kwargs) -> TrainOutput:
@@ -237,9 +264,38 @@ class Trainer(ResultsMixin, WorkerHooks):
             # Work on a copy, as a worker would: the driver's model changes only from the result.
             trainer, job = transfer.unpack(packed.payload, packed.data)
             return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
-        data_config = ray_data.data_config(datasets, self.args.dataloader_drop_last)
-        return launcher.run_on_ray(packed, self.callback_handler, self.args, use_gpu, run_name, receive,
-                                   datasets=datasets, data_config=data_config)
+        for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
+            group = self._worker_group(job["kind"], datasets, use_gpu, run_name)
+            result = launcher.run_on_ray(group, packed, self.callback_handler, self.args.max_failures, receive)
+            if result is not launcher.NOT_POSTED:
+                if job["kind"] == "train" and ray_data.TRAIN in datasets:
+                    group.served_train_split = True
+                return result
+        raise TrainingError("The worker group closed twice as a job was posted to it.")
+
+    def _worker_group(self, kind: str, datasets: dict, use_gpu: bool, run_name: str) -> WorkerGroup:
+        """This Trainer's group if it can run the job, else a new one (the old one released, and why said)."""
+        args = self.args
+        spec = Spec.of(args, use_gpu, datasets)
+        group = self._group
+        if group is not None and group.alive and group.reuses(spec, kind):
+            return group
+        if group is not None:
+            why = (f"the previous one ended: {launcher.describe(group.error)}" if group.error is not None
+                   and not group.closing else
+                   "the previous one was released (close(), or worker_idle_timeout_s without a call)"
+                   if not group.alive else
+                   "; ".join(group.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group")
+            logger.warning("Starting a new worker group for %s(): %s.", kind, why)
+            self.close()
+        need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
+        if datasets:  # Ray Data's tasks need CPUs besides the workers': another group must not hold them
+            need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
+        holders.check_room(need, f"{kind}() with {args.num_workers} workers")
+        group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
+                            run_name, owner=f"the Trainer created at {self._created_at}")
+        self._group, self._group_release = group, holders.hold(self, group)
+        return group
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:
@@ -261,3 +317,12 @@ class Trainer(ResultsMixin, WorkerHooks):
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
         load_into(model, {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_state.items()})
         self.model_wrapped = model
+
+
+def _caller_site() -> str:
+    """file:line of the user's code that built the Trainer (named when its worker group holds resources)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"

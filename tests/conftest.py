@@ -39,6 +39,11 @@ def ray_session():
 @pytest.fixture(autouse=True)
 def no_leaked_process_group():
     yield
+    # Each test's Trainers release their worker groups (a Trainer keeps one between calls): without waiting,
+    # so the release overlaps the next test; a group start waits for it if it needs the CPUs.
+    from raytrainer.coordinator import holders
+
+    holders.release_all(wait=False)
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         pytest.fail("the test left a torch.distributed process group initialised")

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from ..coordinator.jobs import JobBoard
+
 # Events that the driver should see as soon as they happen. Logs are not among them: with logging_steps=1
 # a send per step costs the 2 training processes CPU (measured 1.21x with, see benchmarks/events.py); they
 # reach the driver within `flush_interval_s`.
@@ -26,26 +28,33 @@ URGENT = frozenset({"train_begin", "evaluate", "save", "preempted", "restart", "
                     "error"})
 
 
-class EventSink:
+class EventSink(JobBoard):
     """Collects events from every worker, hands control decisions back, holds the result (from rank 0).
 
     Run as an async Ray actor, so `push_and_await` and `wait_events` wait without blocking. Ray does not
     promise that an async actor starts one caller's calls in order: the emitter makes its earlier pushes
-    land before it asks for a decision (`Emitter.request_control`)."""
+    land before it asks for a decision (`Emitter.request_control`). It is also the worker group's job board
+    (`coordinator/jobs.py`): the state above is per job, reset when the driver posts one."""
 
-    def __init__(self):
+    def __init__(self, idle_timeout_s: float = 0.0):
         self._events: List[Dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+        self._decisions: Dict[int, asyncio.Future] = {}
+        self._next_request = 0
+        self._init_board(idle_timeout_s)
+        self._new_job()
+
+    def _new_job(self):
+        """What belongs to one job (a train, evaluate or predict call): a fresh start for each. Events still
+        queued are a finished job's stragglers, or a replaced group's while idle (`post_job` tells those)."""
+        self._events = []
         self._result: Any = None
         self._result_taken = asyncio.Event()
-        self._failures: List[str] = []
         self._cause: Optional[Dict[str, str]] = None  # why the next worker group starts: see group_started
         self._world_size: Optional[int] = None  # the current worker group's
         self._history: Dict[str, List[dict]] = {"restarts": [], "resizes": []}
         self._stop = asyncio.Event()
         self._stop_reason: Optional[str] = None
-        self._arrived = asyncio.Event()
-        self._decisions: Dict[int, asyncio.Future] = {}
-        self._next_request = 0
 
     async def push(self, events: List[Dict[str, Any]]) -> int:
         self._events.extend(events)
@@ -81,10 +90,12 @@ class EventSink:
         self._arrived.clear()
         return events
 
-    async def set_result(self, result: Any) -> bool:
-        """Hold rank 0's result and tell the driver's pump (a `result_ready` event) to take it."""
+    async def set_result(self, result: Any, job: Optional[str] = None) -> bool:
+        """Hold rank 0's result, end the job, and tell the driver's pump (a `result_ready` event) to take it."""
         self._result = result
-        await self.push([{"kind": "result_ready", "rank": 0, "time": time.time()}])
+        if job is not None:
+            self._finish_job(job, "done")
+        await self.push([{"kind": "result_ready", "rank": 0, "time": time.time(), "job": job}])
         return True
 
     async def get_result(self) -> Any:
@@ -103,12 +114,18 @@ class EventSink:
         except asyncio.TimeoutError:
             return False
 
-    async def record_failure(self, cause: str) -> bool:
-        """Called by the coordinator's Ray Train callback when a worker group fails."""
-        self._failures.append(cause)
+    async def record_failure(self, cause: str, message: str) -> bool:
+        """Called by the coordinator's Ray Train callback when a worker group fails: the job in flight is
+        re-served to the next group, or failed with `message` once past its max_failures (`JobBoard`).
+        Returns True when the group should be given up."""
+        preempted = bool(self._cause and self._cause["reason"] == "preemption")
+        counted = self._count_failure(cause, message, preempted)
         await self.record_cause("failure", cause)
-        await self.push([{"kind": "failure", "rank": -1, "time": time.time(), "cause": cause}])
-        return True
+        if counted["job"] is not None:
+            kind = "job_failed" if counted["failed"] else "failure"
+            await self.push([{"kind": kind, "rank": -1, "time": time.time(), "cause": cause, "error": message,
+                              "job": counted["job"]}])
+        return counted["give_up"]
 
     async def record_cause(self, kind: str, cause: str) -> bool:
         """Why the current worker group is about to end: "failure" (a worker died or raised), "preemption" (rank 0,
@@ -141,9 +158,6 @@ class EventSink:
             self._history["resizes"].append(resize)
         return {"restart": restart, "resize": resize, **{k: list(v) for k, v in self._history.items()}}
 
-    async def last_failure(self) -> Optional[str]:
-        return self._failures[-1] if self._failures else None
-
     # Ctrl-C on the driver: the workers save at the next step boundary and stop. Rank 0 keeps one wait_stop
     # call in flight and checks it without blocking at each step, so an uninterrupted run pays no round trip.
     async def request_stop(self, reason: str) -> bool:
@@ -174,15 +188,12 @@ class DirectSink:
         self.push(events)
         return self.handler.take_control()
 
-    def set_result(self, result):
+    def set_result(self, result, job=None):
         self._result = result
         return True
 
     def wait_result_taken(self, timeout_s):
         return True  # the driver is this process: it has the result once the job returns
-
-    def last_failure(self):
-        return None
 
     def group_started(self, start):
         return None
@@ -194,8 +205,9 @@ class DirectSink:
 class Emitter:
     """Worker-side: buffers events and delivers them to the sink (a Ray actor handle or a DirectSink)."""
 
-    def __init__(self, sink: Any, rank: int, flush_interval_s: float = 0.5):
+    def __init__(self, sink: Any, rank: int, flush_interval_s: float = 0.5, job: Optional[str] = None):
         self._sink = sink
+        self.job = job  # stamped on every event: the driver reads only the current job's
         self._remote = hasattr(sink, "push") and hasattr(sink.push, "remote")
         self.rank = rank
         self.flush_interval_s = flush_interval_s
@@ -209,7 +221,7 @@ class Emitter:
         (it then travels in that one call)."""
         # Checkpoint commits are reported from the writer thread: guard the buffer.
         with self._lock:
-            self._buffer.append({"kind": kind, "rank": self.rank, "time": time.time(), **payload})
+            self._buffer.append({"kind": kind, "rank": self.rank, "time": time.time(), "job": self.job, **payload})
         if not hold and (kind in URGENT or time.monotonic() - self._last_flush >= self.flush_interval_s):
             self.flush()
 
@@ -239,10 +251,6 @@ class Emitter:
             ray.get(in_flight)
         return self._call("push_and_await", self._take(), wait=True)
 
-    def last_failure(self) -> Optional[str]:
-        """Why the previous worker group died, as the coordinator recorded it (None on a first attempt)."""
-        return self._call("last_failure", None, wait=True, no_arg=True)
-
     def group_started(self, start: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """See `EventSink.group_started`."""
         return self._call("group_started", start, wait=True)
@@ -262,18 +270,22 @@ class Emitter:
     def set_result(self, result: Any):
         """Deliver the run's result; blocks until the sink holds it (the worker may exit right after)."""
         self.flush(wait=True)
-        self._call("set_result", result, wait=True)
+        if self._remote:
+            import ray
+
+            ray.get(self._sink.set_result.remote(result, self.job))
+        else:
+            self._sink.set_result(result)
 
     def wait_result_taken(self, timeout_s: float = 1800.0) -> bool:
         """Block until the driver has read the result (see `EventSink.mark_result_taken`)."""
         return self._call("wait_result_taken", timeout_s, wait=True)
 
-    def _call(self, method: str, arg: Any, wait: bool, no_arg: bool = False) -> Optional[Any]:
+    def _call(self, method: str, arg: Any, wait: bool) -> Optional[Any]:
         fn = getattr(self._sink, method)
-        call_args = () if no_arg else (arg,)
         if not self._remote:
-            return fn(*call_args)
-        ref = fn.remote(*call_args)
+            return fn(arg)
+        ref = fn.remote(arg)
         if wait:
             import ray
 

@@ -100,6 +100,10 @@ def check_placeable(num_workers: Workers, per_worker: Dict[str, float]):
                 f"resources_per_worker, or add nodes with {name}.")
 
 
+# CPUs a run that reads a Ray Dataset must leave free of its workers, for Ray Data's tasks.
+DATA_CPU_HEADROOM = 0.5
+
+
 def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float]):
     """A Ray Dataset's map_batches/read tasks run on CPUs the training workers do not hold: with none left
     they would wait forever. Fail now, naming the fix."""
@@ -107,7 +111,7 @@ def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float]):
 
     total = ray.cluster_resources().get("CPU", 0)
     taken = num_workers * per_worker.get("CPU", 0)
-    if total - taken < 0.5:
+    if total - taken < DATA_CPU_HEADROOM:
         raise ConfigError(
             f"A ray.data.Dataset is read by {num_workers} workers holding {taken:g} of the cluster's {total:g} "
             "CPUs, which leaves none for Ray Data's own tasks (map_batches, reads): the run would wait "

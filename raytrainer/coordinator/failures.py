@@ -12,6 +12,10 @@ from ray.train.v2._internal.execution.callback import ControllerCallback
 
 
 class FailureRecorder(UserCallback):
+    """Tells the sink which worker failed and why: the job in flight is then re-served or, past its
+    max_failures, failed with the first failed rank's own error. When the sink gives the group up (it keeps
+    failing between jobs), the controller is aborted."""
+
     def __init__(self, sink):
         self.sink = sink
 
@@ -20,7 +24,30 @@ class FailureRecorder(UserCallback):
 
         parts = [f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                  for rank, exc in sorted(worker_exceptions.items())]
-        ray.get(self.sink.record_failure.remote("; ".join(parts)[:500]))
+        rank, exc = sorted(worker_exceptions.items())[0] if worker_exceptions else (None, None)
+        cause = getattr(exc, "cause", None) or exc
+        message = (f"Training failed on worker rank {rank}: {type(cause).__name__}: {cause}" if exc is not None
+                   else "the worker group failed")
+        try:
+            give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message))
+        except ray.exceptions.RayActorError:  # the driver released the group: nobody waits for it
+            give_up = True
+        if give_up:
+            ray.get_runtime_context().current_actor.abort.remote()
+
+
+class ControllerRecorder(ControllerCallback):
+    """Hands Ray Train's controller actor to the sink, so that the driver can abort a group that is running a
+    job it no longer waits for (a second Ctrl-C, a driver callback that raised). Internal API of Ray 2.60:
+    a Ray Train without it only makes such a group finish its job before it is released."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def after_controller_start(self, train_run_context):
+        import ray
+
+        ray.get(self.sink.set_controller.remote(ray.get_runtime_context().current_actor))
 
 
 class ResizeRecorder(ControllerCallback):

@@ -1,8 +1,9 @@
-"""Runs one job (train / evaluate / predict) on a Ray Train worker group, or in the driver process.
+"""Runs one job (train / evaluate / predict) on the Trainer's worker group (`group.py`), or in the driver
+process.
 
-Ray Train V2 does placement, process-group set-up and restarts (FailureConfig); we add the event sink:
-the driver's main thread drains it and runs the callbacks while `fit()` runs in a helper thread, so
-progress, logs and restarts show up live, and callbacks run where the user's code runs.
+Ray Train V2 does placement, process-group set-up and restarts; we add the event sink: the driver's main
+thread drains it and runs the callbacks while the group's `fit()` runs in a helper thread, so progress,
+logs and restarts show up live, and callbacks run where the user's code runs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from typing import Any, Callable, Dict, Optional
 
 from ..callbacks.base import CallbackHandler
 from ..callbacks.channel import DirectSink, Emitter, EventSink
-from ..verbosity import train_logging_config
 from ..worker.context import WorkerContext
-from ..worker.entry import ray_worker_main, run_job
+from ..worker.entry import run_job
 
 # How long the driver waits for events before checking whether fit() ended; events wake it at once.
 POLL_INTERVAL_S = 0.2
@@ -30,60 +30,40 @@ def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_g
     return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0))
 
 
-def run_on_ray(packed, handler: CallbackHandler, args, use_gpu: bool, run_name: str,
-               receive: Callable[[Any], Any], datasets: Optional[Dict[str, Any]] = None,
-               data_config=None) -> Any:
-    """`packed`: the trainer and job (`transfer.Packed`). Its arrays go into the object store once, here;
-    every worker (and every restarted worker group) maps them from there. `receive(result)` runs while the
-    objects in the result (the trained weights, owned by rank 0) still exist. `datasets`: Ray Datasets for
-    Ray Train to shard (`data_config` says how, see data/ray_data.py)."""
+def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, receive: Callable[[Any], Any]) -> Any:
+    """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and job (`transfer.Packed`); its arrays
+    go into the object store once, here, and every worker (and every replaced worker group) maps them from
+    there. `receive(result)` runs while the objects in the result (the trained weights, owned by rank 0)
+    still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another."""
     import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
 
-    from .failures import FailureRecorder, FreshClusterView, ResizeRecorder
-
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    sink = ray.remote(num_cpus=0, max_concurrency=64)(EventSink).options(scheduling_strategy=here).remote()
+    data = ray.put(packed.data)  # owned by the driver: lives until this job ends, restarts included
+    posted = group.post(packed.payload, data, max_failures)
+    if posted is None:
+        return NOT_POSTED
     try:
-        data = ray.put(packed.data)  # owned by the driver: lives until this run ends, restarts included
-        # An elastic range goes to Ray Train as it is: it places between min and max workers at each start
-        # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (README: "Elastic").
-        scaling = dict(num_workers=tuple(args.num_workers), elastic_resize_monitor_interval_s=
-                       args.elastic_resize_monitor_interval_s) if args.elastic else dict(num_workers=args.max_workers)
-        torch_trainer = TorchTrainer(
-            ray_worker_main,
-            train_loop_config={"payload": packed.payload, "data": data, "sink": sink},
-            scaling_config=ScalingConfig(**scaling, use_gpu=use_gpu, resources_per_worker=args.resources_per_worker),
-            run_config=RunConfig(name=run_name, failure_config=FailureConfig(
-                                     max_failures=args.max_failures, max_preemption_failures=args.max_preemptions),
-                                 callbacks=[FailureRecorder(sink), ResizeRecorder(sink)] + (
-                                     [FreshClusterView(args.elastic_resize_monitor_interval_s)] if args.elastic
-                                     else []),
-                                 logging_config=train_logging_config(args)),
-            torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-            **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
-        )
-        return _fit_while_pumping(torch_trainer, sink, handler, receive)
-    finally:
-        ray.kill(sink)
+        return _pump_job(group, posted["id"], handler, receive)
+    except _JobFailed as failed:  # a worker raised: Ray Train replaces the group, which serves the next call
+        raise TrainingError(str(failed)) from None
+    except BaseException:  # the driver gave up on a job still running (a driver callback raised, Ctrl-C twice)
+        group.close()
+        raise
 
 
-def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler, receive: Callable[[Any], Any]) -> Any:
-    """Run fit() in a helper thread; here, run callbacks on the events as they come, and read the result
-    as soon as rank 0 has set it (it waits for that before exiting: it owns the trained weights' object)."""
+NOT_POSTED = object()
+
+
+class _JobFailed(Exception):
+    pass
+
+
+def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[Any], Any]) -> Any:
+    """Run callbacks on the job's events as they come, and read the result as soon as rank 0 has set it
+    (it waits for that: it owns the trained weights' object). Events of an earlier job are dropped."""
     import ray
 
+    sink = group.sink
     outcome: Dict[str, Any] = {}
-
-    def fit():
-        try:
-            torch_trainer.fit()
-        except BaseException as exc:  # re-raised in the main thread below
-            outcome["error"] = exc
 
     def take():
         try:
@@ -94,31 +74,40 @@ def _fit_while_pumping(torch_trainer, sink, handler: CallbackHandler, receive: C
             ray.get(sink.mark_result_taken.remote())
 
     def pump(timeout_s: float):
-        """Run the callbacks on the events in order; answer rank 0's control requests once the events
-        before them are handled, so a decision reflects everything up to that point; take the result when
-        rank 0 says it is there."""
+        """Answer rank 0's control requests once the events before them are handled, so a decision reflects
+        everything up to that point; take the result when rank 0 says it is there."""
         for event in ray.get(sink.wait_events.remote(timeout_s)):
-            if event["kind"] == "control_request":
+            kind = event["kind"]
+            if kind == "control_request":
                 sink.decide.remote(event["id"], handler.take_control())
-            elif event["kind"] == "result_ready":
+            elif event.get("job") != job_id:
+                continue
+            elif kind == "result_ready":
                 take()
+            elif kind == "job_failed":
+                outcome["failed"] = event["error"]
             else:
                 handler.handle(event)
 
-    thread = threading.Thread(target=fit, name="raytrainer-fit", daemon=True)
-    thread.start()
+    def ended() -> bool:
+        return any(k in outcome for k in ("result", "receive_error", "failed"))
+
     with _first_ctrl_c_stops(sink) as stopping:
-        while thread.is_alive():
+        while not ended() and group.thread_alive():
             pump(POLL_INTERVAL_S)
             stopping.relay()
-    pump(0)
-    if "error" in outcome:
-        raise _unwrap(outcome["error"]) from outcome["error"]
-    if "result" not in outcome and "receive_error" not in outcome:
-        take()
+    if not ended():  # the group's fit() ended: read what its last workers sent
+        pump(0)
+    if "failed" in outcome:
+        raise _JobFailed(outcome["failed"])
     if "receive_error" in outcome:
         raise outcome["receive_error"]
-    return outcome["result"]
+    if "result" in outcome:
+        return outcome["result"]
+    error = group.error
+    if error is None:
+        raise TrainingError("The worker group ended before the job did (released while it ran).")
+    raise _unwrap(error) from error
 
 
 class _first_ctrl_c_stops:
@@ -159,6 +148,10 @@ class _first_ctrl_c_stops:
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
         return False
+
+
+def describe(error: BaseException) -> str:
+    return str(_unwrap(error))
 
 
 def _unwrap(error: BaseException) -> BaseException:

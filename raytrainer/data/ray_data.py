@@ -120,7 +120,12 @@ def detached(trainer, job: dict, in_process: bool) -> Iterator[Dict[str, Any]]:
             else:
                 trainer.eval_dataset = swap("eval", evals, split=False)
         elif "dataset" in job:
-            job["dataset"] = swap(job["kind"], job["dataset"], split=False)
+            # The Trainer's own eval set keeps its train-time name, so the worker group that already shards
+            # it (coordinator/group.py) serves this job too.
+            evals = saved["eval_dataset"] if isinstance(saved["eval_dataset"], dict) else {None: saved["eval_dataset"]}
+            name = next((("eval" if k is None else f"eval:{k}") for k, v in evals.items() if v is job["dataset"]),
+                        job["kind"])
+            job["dataset"] = swap(name, job["dataset"], split=False)
         yield datasets
     finally:
         trainer.train_dataset, trainer.eval_dataset = saved["train_dataset"], saved["eval_dataset"]

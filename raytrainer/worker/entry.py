@@ -1,6 +1,7 @@
 """The function every Ray Train worker runs (and the driver, for num_workers=0).
 
-The driver ships the whole `Trainer` (pickled once, with cloudpickle, so a user's subclass and its hooks
+A worker serves the jobs of its Trainer's worker group, one after the other (`coordinator/group.py`). For each
+one the driver ships the whole `Trainer` (pickled once, with cloudpickle, so a user's subclass and its hooks
 come along; its weights and large data through the object store, see `transfer.py`); each worker rebuilds
 its own copy, runs the requested job, and rank 0 hands the result to the event sink (the trained weights
 as an object in the store).
@@ -8,6 +9,7 @@ as an object in the store).
 
 from __future__ import annotations
 
+import gc
 import traceback
 from typing import Any, Dict
 
@@ -44,15 +46,34 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, 
 
 
 def ray_worker_main(config: Dict[str, Any]):
-    """Entry point given to Ray Train's TorchTrainer as `train_loop_per_worker`."""
+    """Entry point given to Ray Train's TorchTrainer as `train_loop_per_worker`: serve the driver's jobs, in
+    order, until the job board closes (`close()`, the idle timeout; see coordinator/jobs.py). The process,
+    its process group and imports stay between jobs; each job brings its own copy of the trainer."""
+    import ray
+
+    ctx = WorkerContext.from_ray()
+    sink = config["sink"]
+    last = None
+    while True:
+        try:
+            spec = ray.get(sink.next_job.remote(last, ctx.rank, ctx.world_size))
+        except ray.exceptions.RayActorError:  # the driver released the group (or is gone): nothing to serve
+            return
+        if spec is None:
+            return
+        last = spec["id"]
+        serve(spec, ctx, sink)
+        release_memory(ctx)
+
+
+def serve(spec: Dict[str, Any], ctx: WorkerContext, sink):
     import ray
 
     from .. import transfer
 
-    ctx = WorkerContext.from_ray()
-    emitter = Emitter(config["sink"], ctx.rank)
+    emitter = Emitter(sink, ctx.rank, job=spec["id"])
     # The weights and large data come from the object store (zero-copy on the driver's node).
-    trainer, job = transfer.unpack(config["payload"], ray.get(config["data"]))
+    trainer, job = transfer.unpack(spec["payload"], ray.get(spec["data"]))
     levels = job.get("log_levels", {})
     configure_worker(levels.get(ctx.rank, levels.get("replica")))
     try:
@@ -68,6 +89,16 @@ def ray_worker_main(config: Dict[str, Any]):
             result["model_state"] = transfer.put_state(result.pop("model_state"))
         emitter.set_result(result)
         if shared:
-            # This worker owns that object (Ray 2.56 removed `ray.put(_owner=...)`): it is lost when the
-            # worker exits, so stay until the driver has copied the weights into its model.
+            # This worker owns that object (Ray 2.56 removed `ray.put(_owner=...)`): it is lost if the worker
+            # dies, so stay until the driver has copied the weights into its model.
             emitter.wait_result_taken()
+
+
+def release_memory(ctx: WorkerContext):
+    """Between jobs a worker holds no model, optimizer or data: an idle group costs its processes and their
+    CUDA context, not the last job's memory."""
+    gc.collect()
+    if ctx.device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()

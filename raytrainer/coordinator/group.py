@@ -1,0 +1,209 @@
+"""A Trainer's worker group: started by the first call that needs workers, kept for the calls after it.
+
+One Ray Train V2 `fit()` runs in a driver thread for the group's whole life; its worker function serves the
+jobs the driver posts on the event sink's job board (`jobs.py`, `worker/entry.py`). Placement, process
+groups and restarts stay Ray Train's; what a call saves is placing the actors, starting their processes,
+importing torch and setting up the process group again (about 10 s on 2 CPU cores, minutes for a large GPU
+job).
+
+A group is released by `Trainer.close()`, by leaving `with Trainer(...) as trainer:`, when its Trainer is
+garbage-collected or the interpreter exits, and after `worker_idle_timeout_s` without a job. A call after
+that starts a new group, as the first call did.
+
+`Spec` is what a group is built from: when a call needs another one (num_workers or resources changed, other
+Ray Datasets), the Trainer releases its group and starts a new one, and says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from ..verbosity import train_logging_config
+from ..worker.entry import ray_worker_main
+
+logger = logging.getLogger("raytrainer")
+
+# How long close() waits for the workers to return and Ray Train to release them, before aborting.
+CLOSE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything a Ray Train worker group is built from (Ray Train takes these only at its start)."""
+    num_workers: Any  # an int, or (min, max) for an elastic run
+    resources_per_worker: Optional[tuple]
+    use_gpu: bool
+    elastic_resize_monitor_interval_s: Optional[float]
+    max_preemptions: int
+    idle_timeout_s: float
+    log_level: Any
+    datasets: tuple = field(default=())  # (name, id(dataset)) of the Ray Datasets it shards
+
+    @classmethod
+    def of(cls, args, use_gpu: bool, datasets: Dict[str, Any]) -> "Spec":
+        return cls(num_workers=tuple(args.num_workers) if args.elastic else args.max_workers,
+                   resources_per_worker=tuple(sorted((args.resources_per_worker or {}).items())),
+                   use_gpu=use_gpu,
+                   elastic_resize_monitor_interval_s=args.elastic_resize_monitor_interval_s if args.elastic else None,
+                   max_preemptions=args.max_preemptions, idle_timeout_s=args.worker_idle_timeout_s,
+                   log_level=repr(train_logging_config(args)),
+                   datasets=tuple(sorted((name, id(ds)) for name, ds in datasets.items())))
+
+    def changes_to(self, other: "Spec") -> list:
+        """What differs, as 'field old -> new' (datasets by name)."""
+        changes = []
+        for name in self.__dataclass_fields__:
+            old, new = getattr(self, name), getattr(other, name)
+            if old != new:
+                if name == "datasets":
+                    old, new = [n for n, _ in old] or "none", [n for n, _ in new] or "none"
+                    name = "Ray Datasets"
+                changes.append(f"{name} {old} -> {new}")
+        return changes
+
+
+class WorkerGroup:
+    def __init__(self, spec: Spec, args, datasets: Dict[str, Any], data_config, run_name: str, owner: str):
+        import ray
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchConfig, TorchTrainer
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from ..callbacks.channel import EventSink
+        from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder
+
+        self.spec = spec
+        self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
+        self.datasets = datasets
+        self.served_train_split = False  # a streaming split is read once per group (see `reuses`)
+        self.closing = False
+        # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
+        # Each rank keeps a next_job call (and rank 0 a stop watch) in flight, so the concurrency grows with it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        most = args.max_workers
+        self.sink = ray.remote(num_cpus=0, max_concurrency=64 + 2 * most)(EventSink).options(
+            scheduling_strategy=here).remote(args.worker_idle_timeout_s)
+        # An elastic range goes to Ray Train as it is: it places between min and max workers at each start
+        # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (README: "Elastic").
+        scaling = dict(num_workers=tuple(args.num_workers), elastic_resize_monitor_interval_s=
+                       args.elastic_resize_monitor_interval_s) if args.elastic else dict(num_workers=most)
+        torch_trainer = TorchTrainer(
+            ray_worker_main,
+            train_loop_config={"sink": self.sink},
+            scaling_config=ScalingConfig(**scaling, use_gpu=spec.use_gpu,
+                                         resources_per_worker=args.resources_per_worker),
+            # Failures are counted per job by the job board (jobs.py): Ray Train restarts without limit.
+            run_config=RunConfig(name=run_name, failure_config=FailureConfig(
+                                     max_failures=-1, max_preemption_failures=args.max_preemptions),
+                                 callbacks=[FailureRecorder(self.sink), ResizeRecorder(self.sink),
+                                            ControllerRecorder(self.sink)] + (
+                                     [FreshClusterView(args.elastic_resize_monitor_interval_s)] if args.elastic
+                                     else []),
+                                 logging_config=train_logging_config(args)),
+            torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo"),
+            **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
+        )
+        self.error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._fit, args=(torch_trainer,), name="raytrainer-group",
+                                        daemon=True)
+        self._thread.start()
+
+    def _fit(self, torch_trainer):
+        try:
+            torch_trainer.fit()
+        except BaseException as exc:  # the job in flight raises it (launcher.pump_job)
+            self.error = exc
+            if not self.closing:
+                return  # the driver may still read the job's last events from the sink
+        self.closing = True
+        self._kill_sink()  # the board closed (close(), idle timeout): every worker has returned
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self.closing
+
+    def thread_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def reuses(self, spec: Spec, kind: str) -> bool:
+        """Whether a job of `kind` on `spec` can run here. A job that reads no Ray Dataset runs on a group that
+        shards some; a training split is read by one train job per group (its streaming split keeps its
+        position between epochs, so a later run would not start at the first row)."""
+        datasets = set(spec.datasets)
+        base = spec.__class__(**{**spec.__dict__, "datasets": self.spec.datasets})
+        return (base == self.spec and datasets <= set(self.spec.datasets)
+                and not (kind == "train" and self.served_train_split and any(n == "train" for n, _ in datasets)))
+
+    def post(self, payload: bytes, data_ref, max_failures: int) -> Optional[Dict[str, Any]]:
+        """Post a job; None if the group closed meanwhile (its idle timeout ended)."""
+        import ray
+
+        job_id = uuid.uuid4().hex[:12]
+        posted = ray.get(self.sink.post_job.remote({"id": job_id, "payload": payload, "data": data_ref},
+                                                   max_failures))
+        if not posted["posted"]:
+            return None
+        for cause in posted["idle_failures"]:
+            logger.warning("A worker of the group was lost since the last call (%s); Ray Train replaced it.",
+                           cause)
+        return {"id": job_id}
+
+    def close(self, wait: bool = True):
+        """Release the workers: the board closes, each rank's worker function returns, Ray Train releases the
+        group and the fit thread removes the sink. `wait`: until all of that is done. A group still running
+        a job (abandoned by the driver) is aborted."""
+        import ray
+
+        if not self._thread.is_alive() or not ray.is_initialized():
+            self.closing = True
+            self._kill_sink()
+            return
+        self.closing = True
+        try:
+            state = ray.get(self.sink.board_state.remote(), timeout=10)
+            running = (state["job"] or {}).get("state") == "running"
+            ray.get(self.sink.close_board.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 (a dead sink: the group is going anyway)
+            running = True
+        if running:
+            self._abort()
+        if wait:
+            self.join(CLOSE_TIMEOUT_S)
+
+    def join(self, timeout_s: float):
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._abort()
+            self._thread.join(10)
+        self._kill_sink()
+
+    def _abort(self):
+        import ray
+
+        if not ray.is_initialized():
+            return
+        try:
+            controller = ray.get(self.sink.controller.remote(), timeout=10)
+            if controller is not None:
+                ray.kill(controller)  # its workers and their placement group go with it
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _kill_sink(self):
+        import ray
+
+        if not ray.is_initialized():  # after ray.shutdown(): a Ray call here would start a new Ray
+            return
+        try:
+            ray.kill(self.sink)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def run_name(args) -> str:
+    return f"{args.run_name or 'raytrainer'}-group-{uuid.uuid4().hex[:8]}"
+
