@@ -286,7 +286,9 @@ class Trainer(ResultsMixin, WorkerHooks):
                    "the previous one was released (close(), or worker_idle_timeout_s without a call)"
                    if not group.alive else
                    "; ".join(group.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group")
-            logger.warning("Starting a new worker group for %s(): %s.", kind, why)
+            expected = not group.alive and group.spec.worker_idle_timeout_s == 0  # asked for: one group per call
+            logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): %s.",
+                       kind, why)
             self.close()
         need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
         if datasets:  # Ray Data's tasks need CPUs besides the workers': another group must not hold them

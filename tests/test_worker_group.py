@@ -152,26 +152,27 @@ def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable
     assert wait_until_no_actor_of_ours() == []
 
 
-def test_idle_timeout_changed_workers_and_a_second_trainer(tmp_path, caplog):
+def test_a_second_trainer_the_idle_timeout_and_changed_workers(tmp_path, caplog):
     args = TrainingArguments(**options(tmp_path / "a", worker_idle_timeout_s=2))
     with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
         expected = trainer.evaluate()["eval_loss"]
-        assert our_actors()
-        assert wait_until_no_actor_of_ours() == []  # released after 2 s without a call
-        with caplog.at_level(logging.WARNING, logger="raytrainer"):
-            assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
-            assert "released (close(), or worker_idle_timeout_s" in caplog.text
-            args.num_workers = 1
-            trainer.evaluate()
-            assert "Starting a new worker group for evaluate(): num_workers 2 -> 1" in caplog.text
-
-        # A second Trainer that needs the CPU the first one holds (4 logical CPUs in the test Ray) is told who
-        # holds it and how to release it.
+        # A second Trainer that needs the CPUs the first one holds (4 logical CPUs in the test Ray) is told
+        # who holds them and how to release them.
         second = Trainer(model=make_model(), args=TrainingArguments(**options(
             tmp_path / "b", resources_per_worker={"CPU": 2})), eval_dataset=FixedLength(4, seed=1))
         with pytest.raises(ConfigError, match=r"hold: the Trainer created at .*test_worker_group.py:\d+.*close\(\)"):
             second.evaluate()
-    assert wait_until_no_actor_of_ours() == []  # leaving the with-block released it
+
+        assert wait_until_no_actor_of_ours() == []  # released after 2 s without a call
+        with caplog.at_level(logging.WARNING, logger="raytrainer"):
+            assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
+            assert "released (close(), or worker_idle_timeout_s" in caplog.text
+            args.num_workers, args.worker_idle_timeout_s = 1, 0  # 0: a group per call, released at its end
+            trainer.evaluate()
+            assert "Starting a new worker group for evaluate(): num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0" \
+                in caplog.text
+        assert wait_until_no_actor_of_ours() == []
+    assert trainer._group is None
 
 
 def test_bad_idle_timeout_is_refused():

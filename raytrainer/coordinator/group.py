@@ -39,8 +39,8 @@ class Spec:
     use_gpu: bool
     elastic_resize_monitor_interval_s: Optional[float]
     max_preemptions: int
-    idle_timeout_s: float
-    log_level: Any
+    worker_idle_timeout_s: float
+    ray_train_log_level: str
     datasets: tuple = field(default=())  # (name, id(dataset)) of the Ray Datasets it shards
 
     @classmethod
@@ -49,8 +49,8 @@ class Spec:
                    resources_per_worker=tuple(sorted((args.resources_per_worker or {}).items())),
                    use_gpu=use_gpu,
                    elastic_resize_monitor_interval_s=args.elastic_resize_monitor_interval_s if args.elastic else None,
-                   max_preemptions=args.max_preemptions, idle_timeout_s=args.worker_idle_timeout_s,
-                   log_level=repr(train_logging_config(args)),
+                   max_preemptions=args.max_preemptions, worker_idle_timeout_s=args.worker_idle_timeout_s,
+                   ray_train_log_level=train_logging_config(args).log_level,
                    datasets=tuple(sorted((name, id(ds)) for name, ds in datasets.items())))
 
     def changes_to(self, other: "Spec") -> list:
@@ -108,6 +108,7 @@ class WorkerGroup:
             **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
         )
         self.error: Optional[BaseException] = None
+        self._controller = None  # Ray Train's controller actor, once asked for
         self._thread = threading.Thread(target=self._fit, args=(torch_trainer,), name="raytrainer-group",
                                         daemon=True)
         self._thread.start()
@@ -119,8 +120,11 @@ class WorkerGroup:
             self.error = exc
             if not self.closing:
                 return  # the driver may still read the job's last events from the sink
+        # The board closed (close(), idle timeout): every worker has returned. Ray Train's controller actor
+        # would go once no handle is left (the sink holds one): kill both, so no actor of the group is left.
         self.closing = True
-        self._kill_sink()  # the board closed (close(), idle timeout): every worker has returned
+        self._abort()
+        self._kill_sink()
 
     @property
     def alive(self) -> bool:
@@ -146,6 +150,7 @@ class WorkerGroup:
         posted = ray.get(self.sink.post_job.remote({"id": job_id, "payload": payload, "data": data_ref},
                                                    max_failures))
         if not posted["posted"]:
+            self.closing = True  # the board closed by itself: this group is on its way out
             return None
         for cause in posted["idle_failures"]:
             logger.warning("A worker of the group was lost since the last call (%s); Ray Train replaced it.",
@@ -187,10 +192,11 @@ class WorkerGroup:
         if not ray.is_initialized():
             return
         try:
-            controller = ray.get(self.sink.controller.remote(), timeout=10)
-            if controller is not None:
-                ray.kill(controller)  # its workers and their placement group go with it
-        except Exception:  # noqa: BLE001
+            if self._controller is None:
+                self._controller = ray.get(self.sink.controller.remote(), timeout=10)
+            if self._controller is not None:
+                ray.kill(self._controller)  # its workers and their placement group go with it
+        except Exception:  # noqa: BLE001 (a dead sink or controller: nothing left to stop)
             pass
 
     def _kill_sink(self):

@@ -98,6 +98,8 @@ class JobBoard:
             return False
         job["state"], job["error"] = state, error
         self._idle_since = time.monotonic()
+        if self._idle_timeout_s == 0:  # released after every job: the next one must not find it open
+            self._closed = "released after the job (worker_idle_timeout_s=0)"
         self._notify()
         return True
 
