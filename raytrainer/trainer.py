@@ -136,8 +136,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         job = {"kind": "train", "run_id": run_id, "resume_from": resume_url}
         self.state = TrainerState()
         self.callback_handler.state = self.state
-        result = self._run(job, run_name=f"{args.run_name or 'raytrainer'}-{run_id}",
-                           receive=self._receive_trained_weights)
+        result = self._run(job, receive=self._receive_trained_weights)
         self.state = TrainerState.from_json_string(result["state"])
         self.callback_handler.state = self.state
         if result.get("stopped") == "interrupt":  # Ctrl-C: the run saved at a step boundary and ended
@@ -157,8 +156,7 @@ class Trainer(ResultsMixin, WorkerHooks):
             preflight.check_dataset(ds, "eval_dataset")
             prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
             self._connect(ds)
-            result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys},
-                               run_name=f"raytrainer-eval-{uuid.uuid4().hex[:8]}")
+            result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys})
             metrics.update(result["metrics"])
         # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
         self.callback_handler.handle({"kind": "log", "logs": {**metrics, "step": self.state.global_step}})
@@ -169,7 +167,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         preflight.check_dataset(test_dataset, "test_dataset")
         self._connect(test_dataset)
         result = self._run({"kind": "predict", "dataset": test_dataset, "prefix": metric_key_prefix,
-                            "ignore_keys": ignore_keys}, run_name=f"raytrainer-predict-{uuid.uuid4().hex[:8]}")
+                            "ignore_keys": ignore_keys})
         output = result["prediction"]
         self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
         return output
@@ -245,7 +243,7 @@ class Trainer(ResultsMixin, WorkerHooks):
                               "or its write never finished). `raytrainer checkpoints OUTPUT_DIR` lists them.")
         return url
 
-    def _run(self, job: dict, run_name: str, receive: Optional[Callable[[Any], Any]] = None) -> Any:
+    def _run(self, job: dict, receive: Optional[Callable[[Any], Any]] = None) -> Any:
         """Run `job` on the workers (or here); `receive(result)` runs while the result's objects still exist."""
         handler = self.callback_handler
         job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks,
@@ -265,7 +263,7 @@ class Trainer(ResultsMixin, WorkerHooks):
             trainer, job = transfer.unpack(packed.payload, packed.data)
             return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
         for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
-            group = self._worker_group(job["kind"], datasets, use_gpu, run_name)
+            group = self._worker_group(job["kind"], datasets, use_gpu)
             result = launcher.run_on_ray(group, packed, self.callback_handler, self.args.max_failures, receive)
             if result is not launcher.NOT_POSTED:
                 if job["kind"] == "train" and ray_data.TRAIN in datasets:
@@ -273,7 +271,7 @@ class Trainer(ResultsMixin, WorkerHooks):
                 return result
         raise TrainingError("The worker group closed twice as a job was posted to it.")
 
-    def _worker_group(self, kind: str, datasets: dict, use_gpu: bool, run_name: str) -> WorkerGroup:
+    def _worker_group(self, kind: str, datasets: dict, use_gpu: bool) -> WorkerGroup:
         """This Trainer's group if it can run the job, else a new one (the old one released, and why said)."""
         args = self.args
         spec = Spec.of(args, use_gpu, datasets)
@@ -295,7 +293,7 @@ class Trainer(ResultsMixin, WorkerHooks):
             need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
         holders.check_room(need, f"{kind}() with {args.num_workers} workers")
         group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
-                            run_name, owner=f"the Trainer created at {self._created_at}")
+                            owner=f"the Trainer created at {self._created_at}")
         self._group, self._group_release = group, holders.hold(self, group)
         return group
 

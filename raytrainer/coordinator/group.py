@@ -67,7 +67,7 @@ class Spec:
 
 
 class WorkerGroup:
-    def __init__(self, spec: Spec, args, datasets: Dict[str, Any], data_config, run_name: str, owner: str):
+    def __init__(self, spec: Spec, args, datasets: Dict[str, Any], data_config, owner: str):
         import ray
         from ray.train import FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
@@ -97,7 +97,8 @@ class WorkerGroup:
             scaling_config=ScalingConfig(**scaling, use_gpu=spec.use_gpu,
                                          resources_per_worker=args.resources_per_worker),
             # Failures are counted per job by the job board (jobs.py): Ray Train restarts without limit.
-            run_config=RunConfig(name=run_name, failure_config=FailureConfig(
+            run_config=RunConfig(name=f"{args.run_name or 'raytrainer'}-group-{uuid.uuid4().hex[:8]}",
+                                 failure_config=FailureConfig(
                                      max_failures=-1, max_preemption_failures=args.max_preemptions),
                                  callbacks=[FailureRecorder(self.sink), ResizeRecorder(self.sink),
                                             ControllerRecorder(self.sink)] + (
@@ -208,8 +209,3 @@ class WorkerGroup:
             ray.kill(self.sink)
         except Exception:  # noqa: BLE001
             pass
-
-
-def run_name(args) -> str:
-    return f"{args.run_name or 'raytrainer'}-group-{uuid.uuid4().hex[:8]}"
-

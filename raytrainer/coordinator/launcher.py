@@ -9,14 +9,14 @@ logs and restarts show up live, and callbacks run where the user's code runs.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 from ..callbacks.base import CallbackHandler
-from ..callbacks.channel import DirectSink, Emitter, EventSink
+from ..callbacks.channel import DirectSink, Emitter
 from ..worker.context import WorkerContext
 from ..worker.entry import run_job
 
-# How long the driver waits for events before checking whether fit() ended; events wake it at once.
+# How long the driver waits for events before checking whether the group's fit() ended; events wake it at once.
 POLL_INTERVAL_S = 0.2
 
 
