@@ -1,7 +1,8 @@
 """`ray.data.Dataset` input on real Ray: every row trained on exactly once per epoch on 2 workers (an odd
 row count, so the shards are uneven), also after a worker is killed mid-epoch (and then with the weights
 of the uninterrupted run: the split is deterministic), also when Ray cannot know the length; evaluation
-(2 workers) and prediction (in process) in dataset order; bad input refused on the driver."""
+(2 workers, during training and by evaluate() after it) and prediction (in process) in dataset order; bad
+input refused on the driver."""
 
 import collections
 import os
@@ -134,6 +135,10 @@ def test_unknown_length_every_row_once_per_epoch_and_evaluation_in_order(tmp_pat
         assert counts[epoch] == collections.Counter(range(ROWS)), f"epoch {epoch}"
     [evaluation] = [h for h in trainer.state.log_history if "eval_rows" in h]
     assert evaluation["eval_rows"] == 9 and evaluation["eval_in_order"] == 1.0
+    # evaluate() after train() reads the same Ray eval set again, on the same worker group (which shards it).
+    group = trainer._group
+    again = trainer.evaluate()
+    assert again["eval_rows"] == 9 and again["eval_in_order"] == 1.0 and trainer._group is group
 
 
 def test_in_process_and_bad_input(tmp_path):

@@ -53,8 +53,11 @@ class EventSink(JobBoard):
         self._cause: Optional[Dict[str, str]] = None  # why the next worker group starts: see group_started
         self._world_size: Optional[int] = None  # the current worker group's
         self._history: Dict[str, List[dict]] = {"restarts": [], "resizes": []}
+        stale = getattr(self, "_stop", None)
         self._stop = asyncio.Event()
         self._stop_reason: Optional[str] = None
+        if stale is not None:  # a finished job's stop watch returns (None) now rather than hold a call 30 s
+            stale.set()
 
     async def push(self, events: List[Dict[str, Any]]) -> int:
         self._events.extend(events)
