@@ -279,11 +279,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         if group is not None and group.alive and group.reuses(spec, kind):
             return group
         if group is not None:
-            why = (f"the previous one ended: {launcher.describe(group.error)}" if group.error is not None
-                   and not group.closing else
-                   "the previous one was released (close(), or worker_idle_timeout_s without a call)"
-                   if not group.alive else
-                   "; ".join(group.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group")
+            why = group.why_not_reused(spec)
             expected = not group.alive and group.spec.worker_idle_timeout_s == 0  # asked for: one group per call
             logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): %s.",
                        kind, why)

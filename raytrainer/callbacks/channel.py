@@ -44,6 +44,14 @@ class EventSink(JobBoard):
         self._init_board(idle_timeout_s)
         self._new_job()
 
+    async def post_job(self, spec: Dict[str, Any], max_failures: int) -> Dict[str, Any]:
+        """`JobBoard.post_job`, and a fresh start of the per-job state (no await in between: no worker call
+        runs before both are done)."""
+        posted = await super().post_job(spec, max_failures)
+        if posted["posted"]:
+            self._new_job()
+        return posted
+
     def _new_job(self):
         """What belongs to one job (a train, evaluate or predict call): a fresh start for each. Events still
         queued are a finished job's stragglers, or a replaced group's while idle (`post_job` tells those)."""
@@ -260,11 +268,7 @@ class Emitter:
 
     def record_cause(self, kind: str, cause: str):
         """Tell the driver why this worker group is ending (before it ends: the next group reads it)."""
-        if not self._remote:
-            return self._sink.record_cause(kind, cause)
-        import ray
-
-        return ray.get(self._sink.record_cause.remote(kind, cause))
+        return self._call("record_cause", kind, cause, wait=True)
 
     def stop_watch(self):
         """A non-blocking view of the driver's stop request (Ctrl-C), for rank 0; None in the driver process."""
@@ -273,22 +277,17 @@ class Emitter:
     def set_result(self, result: Any):
         """Deliver the run's result; blocks until the sink holds it (the worker may exit right after)."""
         self.flush(wait=True)
-        if self._remote:
-            import ray
-
-            ray.get(self._sink.set_result.remote(result, self.job))
-        else:
-            self._sink.set_result(result)
+        self._call("set_result", result, self.job, wait=True)
 
     def wait_result_taken(self, timeout_s: float = 1800.0) -> bool:
         """Block until the driver has read the result (see `EventSink.mark_result_taken`)."""
         return self._call("wait_result_taken", timeout_s, wait=True)
 
-    def _call(self, method: str, arg: Any, wait: bool) -> Optional[Any]:
+    def _call(self, method: str, *args: Any, wait: bool) -> Optional[Any]:
         fn = getattr(self._sink, method)
         if not self._remote:
-            return fn(arg)
-        ref = fn.remote(arg)
+            return fn(*args)
+        ref = fn.remote(*args)
         if wait:
             import ray
 

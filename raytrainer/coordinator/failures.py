@@ -11,6 +11,14 @@ from ray.train import UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
 
+def first_worker_error(worker_failures: dict) -> str:
+    """The message a user gets for a failed worker group: the lowest failed rank's own error (Ray Train
+    wraps it; its `cause` is the exception the user's code raised)."""
+    rank, exc = sorted(worker_failures.items())[0]
+    cause = getattr(exc, "cause", None) or exc
+    return f"Training failed on worker rank {rank}: {type(cause).__name__}: {cause}"
+
+
 class FailureRecorder(UserCallback):
     """Tells the sink which worker failed and why: the job in flight is then re-served or, past its
     max_failures, failed with the first failed rank's own error. When the sink gives the group up (it keeps
@@ -24,10 +32,7 @@ class FailureRecorder(UserCallback):
 
         parts = [f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                  for rank, exc in sorted(worker_exceptions.items())]
-        rank, exc = sorted(worker_exceptions.items())[0] if worker_exceptions else (None, None)
-        cause = getattr(exc, "cause", None) or exc
-        message = (f"Training failed on worker rank {rank}: {type(cause).__name__}: {cause}" if exc is not None
-                   else "the worker group failed")
+        message = first_worker_error(worker_exceptions) if worker_exceptions else "the worker group failed"
         try:
             give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message))
         except ray.exceptions.RayActorError:  # the driver released the group: nobody waits for it

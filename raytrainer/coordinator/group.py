@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional
 
 from ..verbosity import train_logging_config
@@ -78,7 +78,6 @@ class WorkerGroup:
 
         self.spec = spec
         self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
-        self.datasets = datasets
         self.served_train_split = False  # a streaming split is read once per group (see `reuses`)
         self.closing = False
         # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
@@ -139,9 +138,19 @@ class WorkerGroup:
         shards some; a training split is read by one train job per group (its streaming split keeps its
         position between epochs, so a later run would not start at the first row)."""
         datasets = set(spec.datasets)
-        base = spec.__class__(**{**spec.__dict__, "datasets": self.spec.datasets})
-        return (base == self.spec and datasets <= set(self.spec.datasets)
+        return (replace(spec, datasets=self.spec.datasets) == self.spec
+                and datasets <= set(self.spec.datasets)
                 and not (kind == "train" and self.served_train_split and any(n == "train" for n, _ in datasets)))
+
+    def why_not_reused(self, spec: Spec) -> str:
+        """Why a call starts a new group instead of this one (for the log)."""
+        if self.error is not None and not self.closing:
+            from .launcher import describe
+
+            return f"the previous one ended: {describe(self.error)}"
+        if not self.alive:
+            return "the previous one was released (close(), or worker_idle_timeout_s without a call)"
+        return "; ".join(self.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group"
 
     def post(self, payload: bytes, data_ref, max_failures: int) -> Optional[Dict[str, Any]]:
         """Post a job; None if the group closed meanwhile (its idle timeout ended)."""
@@ -170,9 +179,7 @@ class WorkerGroup:
             return
         self.closing = True
         try:
-            state = ray.get(self.sink.board_state.remote(), timeout=10)
-            running = (state["job"] or {}).get("state") == "running"
-            ray.get(self.sink.close_board.remote(), timeout=10)
+            running = ray.get(self.sink.close_board.remote(), timeout=10)
         except Exception:  # noqa: BLE001 (a dead sink: the group is going anyway)
             running = True
         if running:

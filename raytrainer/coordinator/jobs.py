@@ -52,20 +52,16 @@ class JobBoard:
             return {"posted": False, "closed": self._closed}
         self._job = {"id": spec["id"], "spec": spec, "state": "running", "failures": 0,
                      "max_failures": max_failures, "error": None, "taken": set(), "world_size": None}
-        self._new_job()
         idle, self._idle_failures = self._idle_failures, []
         self._notify()
         return {"posted": True, "idle_failures": idle}
 
     async def close_board(self, reason: str = "close") -> bool:
+        """Close the board; returns whether a job was still running (the driver then aborts the group)."""
         if not self._closed:
             self._closed = reason
             self._notify()
-        return True
-
-    async def board_state(self) -> Dict[str, Any]:
-        job = self._job
-        return {"closed": self._closed, "job": job and {k: job[k] for k in ("id", "state", "failures", "error")}}
+        return self._job is not None and self._job["state"] == "running"
 
     # ------------------------------------------------------------------ the workers' side
     async def next_job(self, last_id: Optional[str], rank: int, world_size: int) -> Optional[Dict[str, Any]]:
@@ -129,6 +125,3 @@ class JobBoard:
 
     async def controller(self):
         return self._controller
-
-    def _new_job(self):  # the sink resets its per-job state (events, result, stop request, restarts)
-        raise NotImplementedError

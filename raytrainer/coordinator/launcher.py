@@ -158,7 +158,7 @@ def _unwrap(error: BaseException) -> BaseException:
     """Ray Train wraps worker errors; give the user the first worker's own error message."""
     failures = getattr(error, "worker_failures", None)
     if failures:
-        rank, exc = sorted(failures.items())[0]
-        cause = getattr(exc, "cause", None) or exc
-        return TrainingError(f"Training failed on worker rank {rank}: {type(cause).__name__}: {cause}")
+        from .failures import first_worker_error
+
+        return TrainingError(first_worker_error(failures))
     return TrainingError(str(error))
