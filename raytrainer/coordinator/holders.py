@@ -1,11 +1,15 @@
 """The worker groups this driver holds, so that a Trainer that cannot be placed is told which one holds its
 resources (and how to release it) instead of waiting for ever.
 
-A group whose Trainer was garbage-collected is released (`weakref.finalize`, also at interpreter exit).
+A group whose Trainer was garbage-collected is released (`weakref.finalize`), without waiting. At interpreter
+exit every group is released and waited for, before Ray's own exit handler disconnects: a group's fit()
+thread still inside Ray while the interpreter tears Ray down crashed the driver (a segmentation fault after
+a `ray job submit` script had finished its work).
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import time
 import weakref
@@ -21,8 +25,18 @@ RELEASE_WAIT_S = 10.0
 
 def hold(trainer, group) -> weakref.finalize:
     """Register `group` as `trainer`'s; it is released when the trainer is collected or Python exits."""
+    global _EXIT_REGISTERED
     _LIVE[id(group)] = group
-    return weakref.finalize(trainer, release, group, False)
+    finalizer = weakref.finalize(trainer, release, group, False)
+    finalizer.atexit = False  # release_all below waits at exit; the finalizer would not
+    if not _EXIT_REGISTERED:
+        # Registered after ray.init's own handler (a group needs Ray), so it runs before it.
+        atexit.register(release_all)
+        _EXIT_REGISTERED = True
+    return finalizer
+
+
+_EXIT_REGISTERED = False
 
 
 def release(group, wait: bool = True):
