@@ -41,6 +41,7 @@ class EventSink(JobBoard):
         self._arrived = asyncio.Event()
         self._decisions: Dict[int, asyncio.Future] = {}
         self._next_request = 0
+        self._taken: Optional[str] = None  # the last job whose result the driver has read
         self._init_board(idle_timeout_s)
         self._new_job()
 
@@ -57,7 +58,6 @@ class EventSink(JobBoard):
         queued are a finished job's stragglers, or a replaced group's while idle (`post_job` tells those)."""
         self._events = []
         self._result: Any = None
-        self._result_taken = asyncio.Event()
         self._cause: Optional[Dict[str, str]] = None  # why the next worker group starts: see group_started
         self._world_size: Optional[int] = None  # the current worker group's
         self._history: Dict[str, List[dict]] = {"restarts": [], "resizes": []}
@@ -114,16 +114,25 @@ class EventSink(JobBoard):
 
     # The trained weights in a result are an object that rank 0 put into the store: it owns the object,
     # which is lost when the worker exits. So rank 0 waits until the driver says it has read them.
-    async def mark_result_taken(self) -> bool:
-        self._result_taken.set()
+    async def mark_result_taken(self, job: Optional[str] = None) -> bool:
+        self._taken = job
+        self._notify()
         return True
 
-    async def wait_result_taken(self, timeout_s: float) -> bool:
-        try:
-            await asyncio.wait_for(self._result_taken.wait(), timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
+    async def wait_result_taken(self, job: Optional[str], timeout_s: float) -> bool:
+        """True once the driver has read `job`'s result. Not a per-job event that post_job resets: rank 0's
+        wait can arrive after the driver read the result and posted the next job (then it is read, too)."""
+        deadline = time.monotonic() + timeout_s
+        while not (self._taken == job or (self._job is not None and self._job["id"] != job)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+        return True
 
     async def record_failure(self, cause: str, message: str) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails: the job in flight is
@@ -203,7 +212,7 @@ class DirectSink:
         self._result = result
         return True
 
-    def wait_result_taken(self, timeout_s):
+    def wait_result_taken(self, job, timeout_s):
         return True  # the driver is this process: it has the result once the job returns
 
     def group_started(self, start):
@@ -281,7 +290,7 @@ class Emitter:
 
     def wait_result_taken(self, timeout_s: float = 1800.0) -> bool:
         """Block until the driver has read the result (see `EventSink.mark_result_taken`)."""
-        return self._call("wait_result_taken", timeout_s, wait=True)
+        return self._call("wait_result_taken", self.job, timeout_s, wait=True)
 
     def _call(self, method: str, *args: Any, wait: bool) -> Optional[Any]:
         fn = getattr(self._sink, method)

@@ -71,7 +71,7 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
         except BaseException as exc:
             outcome["receive_error"] = exc
         finally:
-            ray.get(sink.mark_result_taken.remote())
+            ray.get(sink.mark_result_taken.remote(job_id))
 
     def pump(timeout_s: float):
         """Answer rank 0's control requests once the events before them are handled, so a decision reflects
