@@ -19,7 +19,6 @@ Ratios are reported, never asserted.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import resource
 import shutil

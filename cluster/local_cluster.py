@@ -11,7 +11,7 @@ resources, started in its own process group; the script records the groups in a 
 `remove` kill exactly those groups, never another Ray on the machine. `start` prints the address to use:
 `RAY_ADDRESS=127.0.0.1:PORT python examples/quickstart.py --num_workers 2 --output_dir /shared/path`.
 Ray 2.60 keeps token authentication on: the nodes and the drivers of this machine share the token that
-`ray start --head` writes (see the README's "Where it runs").
+`ray start --head` writes (see docs/deployment.md, "`ray job submit` on a Ray cluster").
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from torch import nn
 from raytrainer import ConfigError, Trainer
 from raytrainer.checkpoint.consolidate import consolidate
 from raytrainer.strategy.blocks import find_blocks
-from tests.blocks_model import TinyBlocks, blocks_args, train_blocks
+from tests.blocks_model import TinyBlocks, blocks_args
 from tests.models import TokenData, assert_same_weights, weights
 
 

@@ -10,7 +10,7 @@ from raytrainer.data.sampler import DistributedBatchSampler
 from raytrainer.worker.context import WorkerContext
 from raytrainer.worker.evaluation import evaluation_loop
 from raytrainer.worker.losses import label_smoothed_loss
-from tests.models import TokenData, assert_same_weights, make_model, weights
+from tests.models import TokenData, make_model
 
 
 def args(tmp_path, **extra):

@@ -7,7 +7,7 @@ has none, or whose batch held only padding rows, trains on a zero-weight filler 
 collectives stay matched. The position in the epoch is the number of
 rows consumed over all ranks: a resume at the same world size skips exactly the rows each rank had
 consumed (the split is deterministic, see `ray_data.py`); at another world size each rank skips its share
-of that count, so the count is kept but not which rows (document: README, "Ray Data").
+of that count, so the count is kept but not which rows (documented in docs/data.md, "Resume").
 
 Evaluation (`RayEvalLoader`): every rank reads the whole (unsplit) stream and keeps batches
 rank, rank + world, ...; `interleave` puts the gathered predictions back in dataset order.
