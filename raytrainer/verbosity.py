@@ -9,6 +9,8 @@ What is lowered, and where:
 - lines Ray forwards from its own processes that say nothing about the user's run: the core-worker notice
   about the PreemptionWatcher actor printed on every run, and the placement-group cleaner's traceback when
   several Ray instances run on one machine (filtered on the driver, by `INTERNAL_LINES`);
+- storage clients (botocore, s3fs, urllib3, ...): never below INFO, at any level, on the driver and the
+  workers, since their DEBUG lines carry credentials (`CREDENTIAL_LOGGERS`);
 - training workers: rank 0 logs at `log_level`, the others at `log_level_replica` (HF's arguments). With
   'passive', rank 0 shows library warnings only when the driver did not already run the model (the
   driver's 2-sample loss check shows them once), so a warning appears once, not once per worker.
@@ -40,9 +42,25 @@ QUIET_DRIVER_LOGGERS = {"ray._private.authentication.authentication_token_setup"
 
 def quiet_driver(args=None):
     """Lower the driver-side notices (before `ray.init`, and when a Trainer is built)."""
+    quiet_credential_loggers()
     if not verbose(args):
         for name, level in QUIET_DRIVER_LOGGERS.items():
             logging.getLogger(name).setLevel(level)
+
+
+# Storage clients whose DEBUG lines carry credentials: botocore logs request headers (Authorization with the
+# access key id, X-Amz-Security-Token) and its credential look-ups, urllib3 logs presigned URLs with the
+# token in the query string. At any log_level (debug included), they log at INFO at most, on the driver and
+# on every worker: a debug log is shared in bug reports and lands in Ray's session files.
+CREDENTIAL_LOGGERS = ("botocore", "boto3", "s3transfer", "aiobotocore", "s3fs", "urllib3", "aiohttp",
+                      "gcsfs", "google.auth", "google.cloud", "adlfs", "azure")
+
+
+def quiet_credential_loggers():
+    for name in CREDENTIAL_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET or logger.level < logging.INFO:
+            logger.setLevel(logging.INFO)
 
 
 # Lines of Ray's own processes that the driver drops unless verbose (matched against each forwarded line).
@@ -120,6 +138,7 @@ def worker_level(args, rank: int, driver_ran_model: bool) -> str:
 
 def configure_worker(level: Optional[str]):
     """Apply a worker's level to Python logging, warnings, and transformers when it is in use."""
+    quiet_credential_loggers()  # also with level None/passive: a user's root logger at DEBUG must not leak them
     if level is None or level == "passive":
         return
     number = _LEVELS[level]

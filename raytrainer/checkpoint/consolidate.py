@@ -20,7 +20,8 @@ from ..errors import ConfigError
 from .manifest import is_committed
 from .sharded import MODEL_DIR, _reader, is_sharded
 from .snapshot import MODEL_FILE
-from .storage import exists, get_fs, is_local, join, local_path, read_bytes
+from .storage import exists, is_local, join, local_path, read_bytes
+from .upload import upload_dir
 
 CONFIG_FILE = "config.json"
 _DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -46,8 +47,7 @@ def consolidate(ckpt_url: str, out_url: Optional[str] = None, storage_options: O
             with open(os.path.join(staging, CONFIG_FILE), "wb") as f:
                 f.write(read_bytes(join(ckpt_url, CONFIG_FILE), storage_options))
         if not is_local(out_url):
-            fs, path = get_fs(out_url, storage_options)
-            fs.put(staging.rstrip("/") + "/", path, recursive=True)
+            upload_dir(staging, out_url, storage_options)  # file by file: never creates a bucket
     finally:
         if not is_local(out_url):
             shutil.rmtree(staging, ignore_errors=True)

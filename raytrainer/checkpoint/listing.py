@@ -1,7 +1,8 @@
 """What checkpoints an output_dir holds: step, committed or partial, size, metrics, best and newest.
 
 Only directories named `checkpoint-<int>` count (the Hugging Face layout), and only committed ones are
-ever candidates for resume (`newest_committed`) or for being the newest.
+ever candidates for resume (`newest_committed`) or for being the newest. A checkpoint with a manifest whose
+files no longer match it is *damaged*, not partial: it was committed once, so nothing here deletes it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import StorageError
-from .manifest import delete, files_match, is_committed, list_files, read_manifest
+from .manifest import delete, is_committed, list_files, read_manifest, size_problem
 from .storage import basename, get_fs, join, read_text
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -28,6 +29,7 @@ class CheckpointInfo:
     metrics: dict = field(default_factory=dict)
     best: bool = False
     newest: bool = False
+    damaged: str | None = None  # committed once, but a file is now missing or has another size: which, and how
 
 
 def checkpoint_dirs(output_dir: str, storage_options: dict | None = None) -> list[tuple[int, str]]:
@@ -87,9 +89,11 @@ def list_checkpoints(output_dir: str, storage_options: dict | None = None) -> li
     for step, url in checkpoint_dirs(output_dir, storage_options):
         files = list_files(url, storage_options)  # one listing gives both the size and the verification
         manifest = read_manifest(url, storage_options)
-        committed = manifest is not None and files_match(manifest, files)
+        problem = size_problem(manifest, files) if manifest is not None else None
+        committed = manifest is not None and problem is None
         metrics = metrics_at(read_trainer_state(url, storage_options), step)
-        infos.append(CheckpointInfo(url, step, committed, sum(files.values()), metrics))
+        infos.append(CheckpointInfo(url, step, committed, sum(files.values()), metrics,
+                                    damaged=f"{problem[0]}: {problem[1]}" if problem else None))
     committed = [info for info in infos if info.committed]
     if committed:
         committed[-1].newest = True
@@ -108,14 +112,15 @@ def newest_committed(output_dir: str, storage_options: dict | None = None) -> st
 
 
 def remove_partial(output_dir: str, storage_options: dict | None = None) -> list[str]:
-    """Delete every uncommitted checkpoint directory; returns their URLs.
+    """Delete every checkpoint directory that was never committed (no valid manifest); returns their URLs.
 
-    Only safe while nothing is writing a checkpoint (e.g. on resume, before the workers start): a
-    checkpoint being written right now is partial too.
+    A damaged committed checkpoint (its manifest is there, a file is truncated or missing) is kept: it may be
+    the only copy of its step, and it is the evidence of what went wrong. Only safe while nothing is writing a
+    checkpoint (e.g. on resume, before the workers start): a checkpoint being written right now is partial too.
     """
     removed = []
     for _, url in checkpoint_dirs(output_dir, storage_options):
-        if not is_committed(url, storage_options):
+        if read_manifest(url, storage_options) is None:
             delete(url, storage_options)
             removed.append(url)
     return removed

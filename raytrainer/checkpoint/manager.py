@@ -12,18 +12,23 @@ a barrier; only then does rank 0 write the small files and the commit marker, in
 from __future__ import annotations
 
 import logging
+import sys
+import warnings
 from typing import Optional
 
 from ..data.global_batch import accumulation_to_keep
 from ..worker.context import WorkerContext
-from . import manifest
+from . import lease, manifest
+from .integrity import CheckpointDamagedError, check_bytes, parsing
 from .listing import TRAINER_STATE_NAME, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
+from .retry import DEFAULT_TIMEOUT_S, Retry
 from .snapshot import (OPTIMIZER_FILE, SCHEDULER_FILE, Snapshot, get_rng_state, rng_file, set_rng_state,
                        to_host, torch_from_bytes)
-from .sharded import MODEL_DIR, OPTIMIZER_DIR, is_sharded, load_sharded, save_sharded
-from .storage import exists, join, read_bytes, read_text
-from .writer import CheckpointWriter
+from .sharded import (MODEL_DIR, OPTIMIZER_DIR, is_sharded, load_sharded, save_sharded, shard_checksums,
+                      shard_damage)
+from .storage import basename, exists, join, read_bytes
+from .writer import CheckpointWriter, clear_leftover
 from ..state import OWN_STATE_KEY, TrainerState
 
 logger = logging.getLogger("raytrainer")
@@ -39,8 +44,16 @@ class CheckpointManager:
         self.output_dir = args.output_dir
         self.storage_options = args.storage_options
         self.last_committed: Optional[str] = None  # rank 0: the newest checkpoint this group committed
+        # A transient storage error is waited out for this long before it counts as a failure (retry.py).
+        self.retry = Retry(getattr(args, "storage_retry_timeout_s", DEFAULT_TIMEOUT_S), args.storage_options)
         self.writer = CheckpointWriter(args.output_dir, args.storage_options, args.save_async,
-                                       args.save_total_limit, on_commit=self._committed)
+                                       args.save_total_limit, on_commit=self._committed, retry=self.retry,
+                                       guard=self._check_lease)
+
+    def _check_lease(self):
+        """The run's lease (taken by the driver) is still ours: else the storage lost it, or another run took
+        output_dir over; either way this run must not commit (lease.py)."""
+        lease.check_held(self.output_dir, self.run_id, self.storage_options, self.retry)
 
     # ------------------------------------------------------------------ saving
     def save(self, state: TrainerState):
@@ -74,14 +87,18 @@ class CheckpointManager:
         rng_states = ctx.all_gather_object(get_rng_state())
         if ctx.is_main:
             self.writer.wait()  # the previous commit (and its retention) is done before this directory is used
-            if exists(ckpt_url, opts):  # a leftover of the same step: un-commit it before rewriting
-                manifest.delete(ckpt_url, opts)
+            self._check_lease()  # before DCP writes anything (its fsspec writer would create a missing bucket)
+            clear_leftover(ckpt_url, opts, self.retry)  # a leftover of the same step (a damaged one is set aside)
         ctx.barrier()
         save_sharded(trainer.model_wrapped, None if args.save_only_model else trainer.optimizer, ckpt_url, opts)
         # Every rank's shards are durable once every rank is past its write: only then may the commit follow.
         ctx.barrier()
+        written = ctx.broadcast_object(manifest.list_files(ckpt_url, opts) if ctx.is_main else None)
+        # Each rank checksums the shard files it wrote (a read back: DCP writes them itself), in parallel.
+        gathered = ctx.all_gather_object(shard_checksums(ckpt_url, written, ctx.rank, ctx.world_size, opts))
         if not ctx.is_main:
             return
+        checksums = {name: value for part in gathered for name, value in part.items()}
         if state.best_global_step == state.global_step:
             state.best_model_checkpoint = ckpt_url
         model = trainer.strategy.unwrap(trainer.model_wrapped)
@@ -90,9 +107,8 @@ class CheckpointManager:
             scheduler_state=None if args.save_only_model else trainer.lr_scheduler.state_dict(),
             rng_states=[] if args.save_only_model else rng_states,
             trainer_state_json=state.to_json_string(), args_json=args.to_json_string())
-        written = manifest.list_files(ckpt_url, opts)  # every rank's shard files, listed for the manifest
         save_config = lambda directory, _: _save_config(directory, model)  # noqa: E731
-        self.writer.submit(snapshot, save_config, state.best_model_checkpoint, written=written)
+        self.writer.submit(snapshot, save_config, state.best_model_checkpoint, written=written, checksums=checksums)
 
     def _committed(self, step: int, url: str):
         self.last_committed = url
@@ -110,25 +126,49 @@ class CheckpointManager:
         Decided on rank 0 and broadcast, so every rank loads the same checkpoint."""
         url = None
         if self.ctx.is_main:
-            remove_partial(self.output_dir, self.storage_options)
-            for info in reversed(list_checkpoints(self.output_dir, self.storage_options)):
-                if not info.committed:
-                    continue
-                state = TrainerState.from_json_string(read_text(join(info.url, TRAINER_STATE_NAME),
-                                                                self.storage_options))
-                if state.own.get("run_id") == self.run_id:
-                    url = info.url
-                    break
-            url = url or requested
+            self._check_lease()  # missing: the storage lost this run's data; do not start again from step 0
+            self.retry.call(lambda: remove_partial(self.output_dir, self.storage_options), self.output_dir,
+                            "removing unfinished checkpoints")
+            url = self._newest_of_run() or requested
         return self.ctx.broadcast_object(url)
+
+    def _newest_of_run(self) -> Optional[str]:
+        """This run's newest committed checkpoint whose files still match their manifest's sizes; a damaged one
+        is passed over, said on the console, and left in place (the load verifies checksums)."""
+        infos = self.retry.call(lambda: list_checkpoints(self.output_dir, self.storage_options), self.output_dir,
+                                "listing checkpoints")
+        damaged = []
+        for info in reversed(infos):
+            if not (info.committed or info.damaged):
+                continue
+            try:
+                state = self._read_state(info.url)
+            except CheckpointDamagedError as exc:  # whose it is cannot be told: not resumed, not deleted
+                damaged.append(f"{basename(info.url)} ({exc.name}: {exc.problem})")
+                continue
+            if state.own.get("run_id") != self.run_id:
+                continue
+            if info.damaged:
+                damaged.append(f"{basename(info.url)} ({info.damaged})")
+                continue
+            if damaged:
+                print(f"[raytrainer] restarting from {basename(info.url)}: this run's newer checkpoints are damaged: "
+                      f"{'; '.join(damaged)}. They are left in place.", file=sys.stderr, flush=True)
+            return info.url
+        return None
+
+    def _read_state(self, url: str) -> TrainerState:
+        data = self.retry.call(lambda: read_bytes(join(url, TRAINER_STATE_NAME), self.storage_options), url,
+                               "reading trainer_state.json")
+        with parsing(url, TRAINER_STATE_NAME):
+            return TrainerState.from_json_string(data.decode("utf-8"))
 
     def keep_global_batch(self, url: str):
         """Resuming at another world size: set gradient_accumulation_steps so the global batch the run started
         with stays the same (the driver checked this already when it could)."""
         own = None
         if self.ctx.is_main:
-            state = TrainerState.from_json_string(read_text(join(url, TRAINER_STATE_NAME), self.storage_options))
-            own = state.stateful_callbacks.get(OWN_STATE_KEY, {})
+            own = self._read_state(url).stateful_callbacks.get(OWN_STATE_KEY, {})
         own = self.ctx.broadcast_object(own)
         args = self.trainer.args
         accumulation = accumulation_to_keep(own, args, self.ctx.world_size)
@@ -145,9 +185,34 @@ class CheckpointManager:
         """Load only the weights of checkpoint `url` (load_best_model_at_end)."""
         trainer = self.trainer
         if trainer.strategy.shards_state:
+            self._check_shards(url, self._manifest(url))
             load_sharded(trainer.model_wrapped, None, url, self.storage_options)
         else:
-            load_into(trainer.strategy.unwrap(trainer.model_wrapped), load_model_state(url, self.storage_options))
+            load_into(trainer.strategy.unwrap(trainer.model_wrapped),
+                      load_model_state(url, self.storage_options, self._manifest(url)))
+
+    def _check_shards(self, url: str, committed: Optional[dict]):
+        """Collective: every rank checks its share of the DCP files, and all raise if any is damaged (DCP's load
+        is a collective too: one rank must not enter it while another gives up)."""
+        ctx = self.ctx
+        mine = shard_damage(url, committed, ctx.rank, ctx.world_size, self.storage_options)
+        found = [d for d in ctx.all_gather_object(mine) if d is not None]
+        if found:
+            raise CheckpointDamagedError(url, *found[0])
+
+    def _manifest(self, url: str) -> Optional[dict]:
+        return self.retry.call(lambda: manifest.read_manifest(url, self.storage_options), url, "reading COMMITTED")
+
+    def _read(self, url: str, name: str, committed: Optional[dict]) -> bytes:
+        """A file of checkpoint `url`, checked against the manifest (size, checksum) as it is loaded."""
+        data = self.retry.call(lambda: read_bytes(join(url, name), self.storage_options), url, f"reading {name}")
+        check_bytes(url, name, data, committed)
+        return data
+
+    def _load_object(self, url: str, name: str, committed: Optional[dict]):
+        data = self._read(url, name, committed)
+        with parsing(url, name):
+            return torch_from_bytes(data)
 
     def restore(self, url: str) -> TrainerState:
         """Load weights, optimizer, scheduler, this rank's RNG streams and the trainer state from `url`."""
@@ -155,20 +220,42 @@ class CheckpointManager:
         sharded = trainer.strategy.shards_state
         if sharded != is_sharded(url, opts):  # the driver refuses this first; a restart can still meet it
             raise RuntimeError(_format_mismatch(url, sharded))
-        if not exists(join(url, OPTIMIZER_DIR if sharded else OPTIMIZER_FILE), opts):
-            raise RuntimeError(f"{url} was saved with save_only_model=True and cannot be resumed from: it has "
-                               "no optimizer, scheduler or RNG state. Start a new run from its weights instead.")
+        # save_only_model=True wrote no optimizer, scheduler or RNG state: as transformers, resume from the weights
+        # with a fresh optimizer (restart_from_weights says so and moves the schedule to the saved step).
+        model_only = not exists(join(url, OPTIMIZER_DIR if sharded else OPTIMIZER_FILE), opts)
+        committed = self._manifest(url)
         if sharded:
-            load_sharded(trainer.model_wrapped, trainer.optimizer, url, opts)
+            self._check_shards(url, committed)
+            load_sharded(trainer.model_wrapped, None if model_only else trainer.optimizer, url, opts)
         else:
-            load_into(trainer.strategy.unwrap(trainer.model_wrapped), load_model_state(url, opts))
-            trainer.optimizer.load_state_dict(torch_from_bytes(read_bytes(join(url, OPTIMIZER_FILE), opts)))
-        trainer.lr_scheduler.load_state_dict(torch_from_bytes(read_bytes(join(url, SCHEDULER_FILE), opts)))
+            load_into(trainer.strategy.unwrap(trainer.model_wrapped), load_model_state(url, opts, committed))
+            if not model_only:
+                trainer.optimizer.load_state_dict(self._load_object(url, OPTIMIZER_FILE, committed))
+        if model_only:
+            with parsing(url, TRAINER_STATE_NAME):
+                state = TrainerState.from_json_string(self._read(url, TRAINER_STATE_NAME, committed).decode("utf-8"))
+            restart_from_weights(trainer, url, state.global_step, warn=self.ctx.is_main)
+            return state
+        trainer.lr_scheduler.load_state_dict(self._load_object(url, SCHEDULER_FILE, committed))
         # After a resize, ranks beyond the old world size continue rank 0's streams.
-        rng_url = join(url, rng_file(self.ctx.rank))
-        set_rng_state(torch_from_bytes(read_bytes(rng_url if exists(rng_url, opts) else join(url, rng_file(0)),
-                                                  opts)))
-        return TrainerState.from_json_string(read_text(join(url, TRAINER_STATE_NAME), opts))
+        own_rng = rng_file(self.ctx.rank)
+        set_rng_state(self._load_object(url, own_rng if exists(join(url, own_rng), opts) else rng_file(0), committed))
+        data = self._read(url, TRAINER_STATE_NAME, committed)
+        with parsing(url, TRAINER_STATE_NAME):
+            return TrainerState.from_json_string(data.decode("utf-8"))
+
+
+def restart_from_weights(trainer, url: str, global_step: int, warn: bool):
+    """Resuming a save_only_model checkpoint: the optimizer starts fresh (transformers does the same), the
+    learning-rate schedule continues at the saved step (transformers restarts it at 0, rerunning the warm-up)."""
+    if warn:
+        logger.warning("%s was saved with save_only_model=True: it holds no optimizer, scheduler or RNG state. "
+                       "Resuming from its weights at step %d with a fresh optimizer (the learning-rate schedule "
+                       "continues at that step); the run will not match an uninterrupted one.", url, global_step)
+    with warnings.catch_warnings():  # torch warns of a scheduler step before any optimizer step: intended here
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(global_step):
+            trainer.lr_scheduler.step()
 
 
 def _save_config(directory: str, model):

@@ -1,8 +1,12 @@
 """The commit marker: a checkpoint exists only once its manifest is written (principle 2).
 
 Object stores have no rename, so a checkpoint cannot appear atomically; instead every file is written
-first and `COMMITTED` last. The manifest lists each file with its size, so a reader can also tell a
-committed checkpoint whose files were later truncated or lost from a sound one.
+first and `COMMITTED` last. The manifest lists each file with its size and checksum (format 2; format 1
+had sizes only and still loads): a listing tells a committed checkpoint whose files were later truncated or
+lost from a sound one, and a reader verifies the bytes it loads (`integrity.py`).
+
+A checkpoint with a valid manifest was committed once, whatever happened to its files since: it is never
+treated as partial (never cleaned up as a failed write), only reported as damaged.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from datetime import datetime, timezone
 from .storage import get_fs, join, read_text, remove, write_text
 
 MANIFEST_NAME = "COMMITTED"
-FORMAT = 1
+FORMAT = 2  # 2: a "checksums" map beside the sizes
 
 
 def list_files(ckpt_url: str, storage_options: dict | None = None) -> dict[str, int]:
@@ -33,22 +37,34 @@ def list_files(ckpt_url: str, storage_options: dict | None = None) -> dict[str, 
 
 
 def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
-           files: dict[str, int] | None = None) -> dict:
+           files: dict[str, int] | None = None, checksums: dict[str, str] | None = None) -> dict:
     """Write the manifest for a fully written checkpoint; returns it.
 
     `files` lets the writer pass what it wrote (no listing needed); otherwise the directory is listed.
+    `checksums` ({relative path: "crc32:..."}) are those the writer took as it wrote; every file should have one.
     Call only after every file is durably written (and, with several writers, after all of them finished).
     """
     if files is None:
         files = list_files(ckpt_url, storage_options)
+    if checksums is None:  # a caller that did not take them as it wrote: read every file back once
+        checksums = {name: _checksum(join(ckpt_url, name), storage_options) for name in files}
     manifest = {
         "format": FORMAT,
         "step": int(step),
         "created": datetime.now(timezone.utc).isoformat(),
         "files": {str(name): int(size) for name, size in sorted(files.items())},
+        "checksums": {str(name): str(value) for name, value in sorted(checksums.items())},
     }
     write_text(join(ckpt_url, MANIFEST_NAME), json.dumps(manifest, indent=1), storage_options)
     return manifest
+
+
+def _checksum(url: str, storage_options: dict | None) -> str:
+    from .integrity import of_stream
+
+    fs, path = get_fs(url, storage_options)
+    with fs.open(path, "rb") as f:
+        return of_stream(f).hexdigest()
 
 
 def read_manifest(ckpt_url: str, storage_options: dict | None = None) -> dict | None:
@@ -63,13 +79,26 @@ def read_manifest(ckpt_url: str, storage_options: dict | None = None) -> dict | 
         return None
     valid = (isinstance(manifest, dict) and isinstance(manifest.get("format"), int)
              and isinstance(manifest.get("step"), int) and isinstance(manifest.get("files"), dict)
-             and all(isinstance(size, int) for size in manifest["files"].values()))
+             and all(isinstance(size, int) for size in manifest["files"].values())
+             and isinstance(manifest.get("checksums", {}), dict)
+             and all(isinstance(value, str) for value in manifest.get("checksums", {}).values()))
     return manifest if valid else None
 
 
 def files_match(manifest: dict, files: dict[str, int]) -> bool:
     """Every file the manifest lists is present with its listed size (extra files are allowed)."""
-    return all(files.get(name) == size for name, size in manifest["files"].items())
+    return size_problem(manifest, files) is None
+
+
+def size_problem(manifest: dict, files: dict[str, int]) -> tuple[str, str] | None:
+    """(file, what is wrong) for the first listed file that is missing or has another size; None if all match."""
+    for name, size in sorted(manifest["files"].items()):
+        found = files.get(name)
+        if found is None:
+            return name, "missing (it was committed)"
+        if found != size:
+            return name, f"{found} bytes, but {size} were committed (truncated or overwritten)"
+    return None
 
 
 def is_committed(ckpt_url: str, storage_options: dict | None = None, verify: bool = True) -> bool:

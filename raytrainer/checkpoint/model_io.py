@@ -1,6 +1,7 @@
 """Model weights on disk: the model's own `save_pretrained` format when it has one, else model.safetensors.
 
-Both are read back by `load_model_state` (single file or HF's sharded index), from any fsspec URL.
+Both are read back by `load_model_state` (single file or HF's sharded index), from any fsspec URL; from a
+checkpoint, each file is checked against the manifest's size and checksum as it is read.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Dict, Optional
 import safetensors.torch
 import torch
 
+from .integrity import check_bytes, parsing
 from .snapshot import MODEL_FILE, MODEL_INDEX_FILE
 from .storage import exists, join, read_bytes
 
@@ -32,16 +34,28 @@ def save_model_files(model, directory: str, state_dict: Optional[Dict[str, torch
     safetensors.torch.save_file(tensors, os.path.join(directory, MODEL_FILE), metadata={"format": "pt"})
 
 
-def load_model_state(url: str, storage_options: Optional[dict] = None) -> Dict[str, torch.Tensor]:
-    """The model's state dict from a checkpoint or saved-model directory (local path or URL)."""
-    index_url = join(url, MODEL_INDEX_FILE)
-    if exists(index_url, storage_options):
-        index = json.loads(read_bytes(index_url, storage_options))
+def load_model_state(url: str, storage_options: Optional[dict] = None,
+                     manifest: Optional[dict] = None) -> Dict[str, torch.Tensor]:
+    """The model's state dict from a checkpoint or saved-model directory (local path or URL). With the
+    checkpoint's `manifest`, every file is verified; a file that cannot be parsed is named either way."""
+
+    def read(name: str) -> bytes:
+        data = read_bytes(join(url, name), storage_options)
+        check_bytes(url, name, data, manifest)
+        return data
+
+    if exists(join(url, MODEL_INDEX_FILE), storage_options):
+        with parsing(url, MODEL_INDEX_FILE):
+            shards = sorted(set(json.loads(read(MODEL_INDEX_FILE))["weight_map"].values()))
         state = {}
-        for shard in sorted(set(index["weight_map"].values())):
-            state.update(safetensors.torch.load(read_bytes(join(url, shard), storage_options)))
+        for shard in shards:
+            data = read(shard)
+            with parsing(url, shard):
+                state.update(safetensors.torch.load(data))
         return state
-    return safetensors.torch.load(read_bytes(join(url, MODEL_FILE), storage_options))
+    data = read(MODEL_FILE)
+    with parsing(url, MODEL_FILE):
+        return safetensors.torch.load(data)
 
 
 def load_into(model: torch.nn.Module, state: Dict[str, torch.Tensor]):

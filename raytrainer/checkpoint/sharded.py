@@ -14,12 +14,13 @@ marker are rank 0's, written after every rank's shards are durable (see manager.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from typing import Optional
 
 from torch import nn
 
-from .storage import exists, join
+from .storage import exists, get_fs, join
 
 MODEL_DIR = "pytorch_model_fsdp_0"
 OPTIMIZER_DIR = "optimizer_0"
@@ -27,6 +28,43 @@ OPTIMIZER_DIR = "optimizer_0"
 
 def is_sharded(ckpt_url: str, storage_options: Optional[dict] = None) -> bool:
     return exists(join(ckpt_url, MODEL_DIR), storage_options)
+
+
+_RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp$")
+
+
+def _owner(name: str, world_size: int) -> int:
+    """The rank that wrote a DCP file (`__{rank}_{n}.distcp`); rank 0 for the rest (.metadata, config...)."""
+    match = _RANK_FILE.search(name)
+    return int(match.group(1)) % max(world_size, 1) if match else 0
+
+
+def shard_checksums(ckpt_url: str, files: dict, rank: int, world_size: int,
+                    storage_options: Optional[dict] = None) -> dict:
+    """Checksums of this rank's share of the DCP files under `ckpt_url` (those it wrote): DCP writes them
+    itself, so they are read back once, each rank its own, in parallel."""
+    from .integrity import of_stream
+
+    checksums = {}
+    for name in sorted(files):
+        if name.startswith((MODEL_DIR + "/", OPTIMIZER_DIR + "/")) and _owner(name, world_size) == rank:
+            fs, path = get_fs(join(ckpt_url, name), storage_options)
+            with fs.open(path, "rb") as f:
+                checksums[name] = of_stream(f).hexdigest()
+    return checksums
+
+
+def shard_damage(ckpt_url: str, manifest: Optional[dict], rank: int, world_size: int,
+                 storage_options: Optional[dict] = None):
+    """(file, problem) for the first of this rank's share of DCP files whose checksum differs from the
+    manifest's; None when they match (or the manifest has no checksums). DCP reads byte ranges itself, so the
+    files are checked before it loads them."""
+    expected = (manifest or {}).get("checksums") or {}
+    found = shard_checksums(ckpt_url, {name: 0 for name in expected}, rank, world_size, storage_options)
+    for name, value in sorted(found.items()):
+        if value != expected[name]:
+            return name, f"its content changed since it was committed (checksum {value}, committed {expected[name]})"
+    return None
 
 
 def _writer(url: str, storage_options: Optional[dict]):

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
+from .integrity import HashingFile, of_bytes
 from .listing import TRAINER_STATE_NAME as TRAINER_STATE_FILE
 
 MODEL_FILE = "model.safetensors"
@@ -67,17 +68,24 @@ class Snapshot:
     args_json: str
     extra: dict = field(default_factory=dict)
 
-    def write_state_files(self, directory: str):
+    def write_state_files(self, directory: str) -> Dict[str, str]:
         """Write every file except the model weights into a local directory, serialising straight to disk
-        (no in-memory copy of the optimizer state)."""
+        (no in-memory copy of the optimizer state). Returns {file: checksum}, taken as the bytes were written."""
+        checksums = {}
         for name, text in ((TRAINER_STATE_FILE, self.trainer_state_json), (ARGS_FILE, self.args_json)):
-            with open(os.path.join(directory, name), "w") as f:
-                f.write(text)
+            data = text.encode("utf-8")
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(data)
+            checksums[name] = of_bytes(data)
         objects = {OPTIMIZER_FILE: self.optimizer_state, SCHEDULER_FILE: self.scheduler_state}
         objects.update({rng_file(rank): rng for rank, rng in enumerate(self.rng_states)})
         for name, obj in objects.items():
             if obj is not None:
-                torch.save(obj, os.path.join(directory, name))
+                with open(os.path.join(directory, name), "wb") as raw:
+                    hashing = HashingFile(raw)
+                    torch.save(obj, hashing)
+                checksums[name] = hashing.checksum.hexdigest()
+        return checksums
 
 
 def torch_from_bytes(data: bytes) -> Any:

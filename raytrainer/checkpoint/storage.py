@@ -238,7 +238,8 @@ def check_writable(url: str, storage_options: dict | None = None, timeout_s: flo
 
 
 # ------------------------------------------------------------------------------------ error messages
-def _chain(exc: BaseException):
+def exception_chain(exc: BaseException):
+    """`exc`, then its causes and contexts, each once."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -262,7 +263,7 @@ def describe_error(url: str, exc: BaseException, storage_options: dict | None = 
                    timeout_s: float | None = None) -> StorageError:
     """A `StorageError` saying why `url` could not be used and how to fix it, secrets redacted."""
     url = str(url)
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))
     names = {cls.__name__ for e in chain for cls in type(e).__mro__}
     reason = redact(f"{type(exc).__name__}: {exc}", storage_options)
     remote = not is_local(url)

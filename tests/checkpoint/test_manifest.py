@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from raytrainer.checkpoint import manifest, storage
+from raytrainer.checkpoint.integrity import of_bytes
 from raytrainer.checkpoint.manifest import MANIFEST_NAME
 
 
@@ -21,8 +22,10 @@ def test_commit_lists_every_file_and_writes_the_marker(store):
 
     written = manifest.commit(url, 5, store.options)
 
-    assert written["format"] == 1 and written["step"] == 5 and written["created"]
+    assert written["format"] == manifest.FORMAT and written["step"] == 5 and written["created"]
     assert written["files"] == {"model.safetensors": 1000, "optimizer/rank-0.pt": 10}
+    assert written["checksums"] == {"model.safetensors": of_bytes(b"w" * 1000),
+                                    "optimizer/rank-0.pt": of_bytes(b"o" * 10)}
     assert manifest.read_manifest(url, store.options) == written
     assert manifest.is_committed(url, store.options)
     assert manifest.list_files(url, store.options).keys() == written["files"].keys()  # marker excluded
@@ -33,7 +36,7 @@ def test_explicit_file_list_is_trusted_and_verified(store):
     written = manifest.commit(url, 7, store.options, files={"model.safetensors": 1000})
     assert written["files"] == {"model.safetensors": 1000}
     assert manifest.is_committed(url, store.options)
-    manifest.commit(url, 7, store.options, files={"model.safetensors": 1000, "missing.bin": 3})
+    manifest.commit(url, 7, store.options, files={"model.safetensors": 1000, "missing.bin": 3}, checksums={})
     assert not manifest.is_committed(url, store.options)
 
 
