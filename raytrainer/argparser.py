@@ -16,6 +16,7 @@ import json
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 import yaml
@@ -58,23 +59,50 @@ def json_dict(value: Any) -> dict:
     return parsed
 
 
+def str_or_bool(value: Any) -> Union[str, bool]:
+    """A field typed `Union[str, bool]` (include_num_input_tokens_seen): true/false words are booleans."""
+    try:
+        return string_to_bool(value)
+    except argparse.ArgumentTypeError:
+        return str(value)
+
+
+ONE_OR_MORE = "str or list[str]"  # the parse form of a `str | list[str]` field (see _unwrap)
+
+
+class OneOrMore(argparse.Action):
+    """`--report_to tensorboard` gives the str, `--report_to tensorboard mlflow` the list. (transformers' parser
+    takes one str there, and a str can mean something else than a list of one: optim_target_modules' regex.)"""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values[0] if len(values) == 1 else list(values))
+
+
 def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) is Union or isinstance(tp, types.UnionType)
 
 
 def _unwrap(name: str, tp: Any) -> Any:
-    """`Optional[X]` -> X; a union holding dict -> dict (JSON on the CLI); `Union[X, str]` -> X."""
+    """The one type a union field is parsed as. Unions holding dict parse JSON; the others follow
+    transformers' HfArgumentParser, so both parsers read a field the same way: `Optional[X]` -> X (the
+    member after str when None is not second), `Union[X, Y, ..., str]` -> X if Y is str, else Y."""
     if not _is_union(tp):
         return tp
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if len(args) == 1:
-        return args[0]
-    if any(typing.get_origin(a) is dict or a is dict for a in args):
+    args = typing.get_args(tp)
+    others = [a for a in args if a is not type(None)]
+    if len(others) == 1:
+        return others[0]
+    if any(typing.get_origin(a) is dict or a is dict for a in others):
         return dict
-    if len(args) == 2 and str in args:
+    if set(others) == {str, bool}:
+        return Union[str, bool]
+    if str in others and any(typing.get_origin(a) is list for a in others):
+        return ONE_OR_MORE  # report_to, optim_target_modules, debug: one name, or several
+    if str not in args and len(others) > 1:
+        raise TypeError(f"field {name!r}: the parser supports Optional[X] and unions with str or dict, not {tp}")
+    if type(None) not in args:
         return args[0] if args[1] is str else args[1]
-    raise TypeError(f"field {name!r}: the parser supports Optional[X], Union[X, str] and unions with dict, "
-                    f"not {tp}")
+    return args[0] if args[1] is type(None) else args[1]
 
 
 def _field_options(field: dataclasses.Field, tp: Any) -> tuple[dict, Optional[dict]]:
@@ -83,9 +111,8 @@ def _field_options(field: dataclasses.Field, tp: Any) -> tuple[dict, Optional[di
     if field.default is not dataclasses.MISSING:  # argparse's own default display is off, see below
         help_text = f"{help_text} (default: {field.default})".strip()
     kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%")}  # argparse %-formats help strings
-    if "parse" in field.metadata:  # the field converts its own text (e.g. num_workers: "2" or "1,4")
-        kwargs.update(type=field.metadata["parse"], default=argparse.SUPPRESS)
-        return kwargs, None
+    if "choices" in field.metadata:
+        kwargs["choices"] = list(field.metadata["choices"])
     tp = _unwrap(field.name, tp)
     origin = typing.get_origin(tp) or tp
     complement = None
@@ -94,6 +121,10 @@ def _field_options(field: dataclasses.Field, tp: Any) -> tuple[dict, Optional[di
         kwargs.update(type=string_to_bool, nargs="?", const=True)
         if field.default is True:
             complement = {"help": f"Set {field.name} to False.", "action": "store_false", "dest": field.name}
+    elif tp == Union[str, bool]:
+        kwargs.update(type=str_or_bool, nargs="?", const=True)
+    elif tp is ONE_OR_MORE:
+        kwargs.update(type=str, nargs="+", action=OneOrMore)
     elif origin is dict:
         kwargs["type"] = json_dict
     elif origin in (list, tuple):
@@ -105,10 +136,13 @@ def _field_options(field: dataclasses.Field, tp: Any) -> tuple[dict, Optional[di
         kwargs.update(type=tp, choices=list(tp))
     elif tp is float and field.name.endswith("_steps"):
         kwargs["type"] = int_or_float
-    elif tp in (int, float, str):
-        kwargs["type"] = tp
-    else:
-        raise TypeError(f"field {field.name!r}: type {tp} is not supported by the argument parser")
+    elif tp in (int, float, str) or isinstance(tp, type):
+        kwargs["type"] = tp  # a class converts its own text (e.g. num_workers: NumWorkers("1,4"))
+    else:  # typing.Any (parallelism_config, which is refused unless None): the text reaches __post_init__
+        kwargs["type"] = str
+    for key in ("nargs", "const"):  # transformers' metadata, e.g. a bare --fsdp meaning True
+        if key in field.metadata:
+            kwargs[key] = field.metadata[key]
     # Defaults stay with the dataclass: a field absent from the namespace is simply not passed, so a config
     # file's values (put in the namespace first) survive and required fields are checked in one place.
     kwargs["default"] = argparse.SUPPRESS
@@ -191,14 +225,20 @@ class ArgumentParser(argparse.ArgumentParser):
                               f"{source}: not a field of any of the argument dataclasses.")
 
     # ------------------------------------------------------------------ public API
-    def parse_args_into_dataclasses(self, args: Optional[list] = None, return_remaining_strings: bool = False):
+    def parse_args_into_dataclasses(self, args: Optional[list] = None, return_remaining_strings: bool = False,
+                                    look_for_args_file: bool = True, args_filename: Optional[str] = None,
+                                    args_file_flag: Optional[str] = None):
         """Parse `args` (default `sys.argv[1:]`) into one instance per dataclass type, in order.
 
-        A first argument ending in .yaml/.yml/.json is a config file whose values the options override. Options
-        added to the parser by hand come back as an extra `argparse.Namespace`, and with
-        `return_remaining_strings` the unparsed strings come last.
+        As transformers' `HfArgumentParser`: the options of an args file (whitespace-separated, read first so
+        the command line overrides them) come from `args_filename`, else, with `look_for_args_file`, from the
+        script's name with the suffix `.args` when it exists, and from each file given by `args_file_flag`
+        (e.g. "--args_file"; the last one given wins). Ours on top: a first argument ending in .yaml/.yml/.json
+        is a config file whose values the options override. Options added to the parser by hand come back as
+        an extra `argparse.Namespace`, and with `return_remaining_strings` the unparsed strings come last.
         """
         args = list(sys.argv[1:] if args is None else args)
+        args = self._with_args_files(args, look_for_args_file, args_filename, args_file_flag)
         base: dict = {}
         if args and not args[0].startswith("-") and args[0].lower().endswith(CONFIG_SUFFIXES):
             base = self._coerce(self._read_config(args[0]))
@@ -216,6 +256,28 @@ class ArgumentParser(argparse.ArgumentParser):
         if remaining:
             raise ConfigError(f"unrecognised command-line arguments: {remaining}")
         return tuple(outputs)
+
+    @staticmethod
+    def _with_args_files(args: list, look_for_args_file: bool, args_filename: Optional[str],
+                         args_file_flag: Optional[str]) -> list:
+        """`args` preceded by the options of the args files (transformers' rules, see above)."""
+        if not (args_file_flag or args_filename or (look_for_args_file and sys.argv)):
+            return args
+        files = []
+        if args_filename:
+            files.append(Path(args_filename))
+        elif look_for_args_file and sys.argv and sys.argv[0]:
+            files.append(Path(sys.argv[0]).with_suffix(".args"))
+        if args_file_flag:
+            flag_parser = argparse.ArgumentParser(add_help=False)
+            flag_parser.add_argument(args_file_flag, type=str, action="append")
+            flags, args = flag_parser.parse_known_args(args)
+            files.extend(Path(p) for p in getattr(flags, args_file_flag.lstrip("-").replace("-", "_")) or [])
+        file_args: list = []
+        for path in files:
+            if path.is_file():
+                file_args += path.read_text(encoding="utf-8").split()
+        return file_args + args
 
     def parse_dict(self, d: dict, allow_extra_keys: bool = False) -> tuple:
         outputs, unused = self._build(self._coerce(d))

@@ -12,28 +12,44 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from .checkpoint.storage import absolute_if_local, join
+from .driver_view import DriverView
 from .errors import ConfigError
+from .hf_args import normalise_hf_fields, validate_hf_fields
+from .hf_fields import HF_FIELDS, OURS_FIELDS
 from .scaling import bounds, check_elastic_batch, normalise_workers, parse_workers
 from .strategy.fsdp_config import normalise_config, parse_fsdp
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_free_adamw", "schedule_free_sgd",
-              "schedule_free_radam")
+              "schedule_free_radam",
+              # their own packages (raytrainer/optimizers/): pip extras galore, apollo, lomo, grokadamw, stable-adamw
+              "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+              "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "apollo_adamw", "apollo_adamw_layerwise",
+              "lomo", "adalomo", "grokadamw", "stable_adamw")
 INTERVALS = ("no", "steps", "epoch")
 SAVE_INTERVALS = ("no", "steps", "epoch", "best")
 STRATEGIES = ("ddp", "fsdp")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
+SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance")  # transformers' choices
+MP_CONTEXTS = ("fork", "spawn", "forkserver")
+DDP_BACKENDS = ("nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl")  # transformers' choices
+HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
+TOKEN_COUNTS = ("all", "non_padding", "no")
 
-# Fields that are ours (not in HF's TrainingArguments); listed so docs and the parser can say so.
-RAY_FIELDS = (
-    "num_workers", "use_gpu", "resources_per_worker", "strategy", "max_failures", "max_preemptions",
-    "elastic_resize_monitor_interval_s", "worker_idle_timeout_s", "ray_address",
-    "storage_options", "save_async", "allow_local_output_dir_on_multinode",
-    "logging_dir",  # HF 4's name (HF 5 reads TENSORBOARD_LOGGING_DIR instead); kept, since scripts still pass it
-)
+# Fields that are ours (not in transformers' TrainingArguments): hf_fields.OURS_FIELDS says what each is for.
+RAY_FIELDS = tuple(OURS_FIELDS)
+
+
+class NumWorkers(tuple):
+    """num_workers as the command line writes it, "2" or "1,4". Argument parsers (ours and transformers'
+    HfArgumentParser) convert a field's text by calling the class its annotation names: this one returns an
+    int or a (min, max) tuple, which __post_init__ then checks."""
+
+    def __new__(cls, text: Any):
+        return parse_workers(text)
 
 
 def default_logdir() -> str:
@@ -43,13 +59,22 @@ def default_logdir() -> str:
     return "runs/" + datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname()
 
 
-def _help(text: str, parse=None, **kw) -> Any:
-    """A field with its help text; `parse`: how the command line and config files convert its value."""
-    return field(metadata={"help": text, **({"parse": parse} if parse else {})}, **kw)
+def _refused(name: str, **kw) -> Any:
+    """A transformers field accepted at its default only; its help text says why (from hf_fields.py)."""
+    return field(metadata={"help": "Only the default is supported: " + HF_FIELDS[name][1]}, **kw)
 
 
+def _help(text: str, *, choices=None, nargs=None, const=None, **kw) -> Any:
+    """A field with its help text. The metadata holds only keys argparse accepts (help, choices, nargs, const):
+    transformers' `HfArgumentParser` passes a field's metadata to `add_argument` unchanged."""
+    extra = {k: v for k, v in (("choices", choices), ("nargs", nargs), ("const", const)) if v is not None}
+    return field(metadata={"help": text, **extra}, **kw)
+
+
+# Unions are written with `|` and in transformers' member order: HfArgumentParser picks the command-line type by
+# position, and `typing.Union[...]` may hand back an equal union built elsewhere with its members in another order.
 @dataclass
-class TrainingArguments:
+class TrainingArguments(DriverView):
     # --- where things go ---
     output_dir: Optional[str] = _help(
         "Where checkpoints and the final model are written: a local path or any fsspec URL (s3://...). "
@@ -78,7 +103,7 @@ class TrainingArguments:
                                                  "(alpha, e.g. 5); None disables.", default=None)
     optim: str = _help(f"Optimizer: one of {', '.join(OPTIMIZERS)}.", default="adamw_torch_fused")
     lr_scheduler_type: str = _help(f"Scheduler: one of {', '.join(SCHEDULERS)}.", default="linear")
-    lr_scheduler_kwargs: Optional[Union[dict, str]] = _help(
+    lr_scheduler_kwargs: dict | str | None = _help(
         "Extra scheduler arguments (polynomial: lr_end, power; cosine: num_cycles).", default=None)
     warmup_steps: float = _help("Linear warm-up: an int number of steps, or a float in [0, 1) as a ratio of "
                                 "the total steps.", default=0)
@@ -125,7 +150,7 @@ class TrainingArguments:
     dataloader_num_workers: int = _help("DataLoader worker processes per training worker.", default=0)
     remove_unused_columns: bool = _help("Drop dataset columns the model's forward does not accept.",
                                         default=True)
-    label_names: Optional[list] = _help("Names of the label keys in a batch; default: the forward's "
+    label_names: Optional[List[str]] = _help("Names of the label keys in a batch; default: the forward's "
                                         "arguments containing 'label'.", default=None)
     average_tokens_across_devices: bool = _help(
         "Normalise the loss by the label tokens of the whole global batch (all ranks, all micro-steps).",
@@ -135,9 +160,10 @@ class TrainingArguments:
     bf16: bool = _help("Mixed precision in bfloat16 (autocast; under FSDP a MixedPrecisionPolicy). CPUs and "
                        "Ampere+ GPUs.", default=False)
     fp16: bool = _help("Mixed precision in float16 with a gradient scaler. GPUs only.", default=False)
-    gradient_checkpointing: bool = _help("Recompute each block's activations in backward to save memory.",
-                                         default=False)
-    gradient_checkpointing_kwargs: Optional[Union[dict, str]] = _help(
+    gradient_checkpointing: Optional[bool] = _help(
+        "Recompute each block's activations in backward to save memory (transformers 5 also calls it "
+        "activation_checkpointing).", nargs="?", const=True, default=None)
+    gradient_checkpointing_kwargs: dict | str | None = _help(
         "Arguments for gradient checkpointing, e.g. {'use_reentrant': False}.", default=None)
     torch_compile: bool = _help("torch.compile the model's blocks.", default=False)
     torch_compile_backend: Optional[str] = _help("torch.compile backend (implies torch_compile); default "
@@ -145,24 +171,24 @@ class TrainingArguments:
     torch_compile_mode: Optional[str] = _help("torch.compile mode (implies torch_compile), e.g. "
                                               "'reduce-overhead'.", default=None)
     fsdp: Optional[str] = _help(  # a list of options or True are accepted too, as in HF
-        "HF's FSDP switch: 'full_shard auto_wrap', 'shard_grad_op auto_wrap', 'full_shard offload auto_wrap'. "
-        "Sets strategy='fsdp' (FSDP2).", default=None)
-    fsdp_config: Optional[Union[dict, str]] = _help(
+        "HF's FSDP switch: --fsdp alone (True), 'full_shard auto_wrap', 'shard_grad_op auto_wrap', 'full_shard "
+        "offload auto_wrap'. Sets strategy='fsdp' (FSDP2).", nargs="?", const=True, default=None)
+    fsdp_config: dict | str | None = _help(
         "FSDP options: transformer_layer_cls_to_wrap (block class names), reshard_after_forward, cpu_offload, "
         "activation_checkpointing. A dict, JSON text or a JSON file path.", default=None)
 
     # --- distributed (ours) ---
-    num_workers: Union[int, Tuple[int, int]] = _help(
+    num_workers: int | NumWorkers | Tuple[int, int] | str = _help(
         "Training workers (one per GPU or CPU slot). 0 runs in the driver process, for debugging and notebooks. "
         "(min, max), or 'MIN,MAX' on the command line: an elastic run that starts once min workers can be placed "
-        "and changes size at restarts, keeping the global batch of max workers.", parse=parse_workers, default=1)
+        "and changes size at restarts, keeping the global batch of max workers.", default=1)
     elastic_resize_monitor_interval_s: float = _help(
         "Elastic runs: how often Ray Train checks, while training is healthy, whether more workers fit; if so it "
         "restarts the group at the larger size from the newest committed checkpoint.", default=60.0)
     use_gpu: Optional[bool] = _help("One GPU per worker. Default: use GPUs when the cluster has them.",
                                     default=None)
-    resources_per_worker: Optional[dict] = _help("Ray resources per worker, e.g. {'CPU': 4, 'GPU': 1}.",
-                                                 default=None)
+    resources_per_worker: dict | str | None = _help(
+        "Ray resources per worker, e.g. {'CPU': 4, 'GPU': 1} (JSON text on the command line).", default=None)
     strategy: str = _help(f"Parallelism: one of {', '.join(STRATEGIES)} (fsdp: FSDP2, sharded checkpoints).",
                           default="ddp")
     max_failures: int = _help("Worker-group restarts Ray Train may attempt from the newest committed "
@@ -176,15 +202,23 @@ class TrainingArguments:
         default=300.0)
     ray_address: Optional[str] = _help("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
                                        "an embedded local Ray.", default=None)
-    storage_options: Optional[dict] = _help("fsspec options for output_dir (e.g. S3 endpoint_url, key). "
-                                            "Never logged or saved.", default=None)
+    storage_options: dict | str | None = _help(
+        "fsspec options for output_dir (e.g. S3 endpoint_url, key; JSON text on the command line). Never logged "
+        "or saved.", default=None)
     save_async: bool = _help("Write checkpoints in the background while training continues.", default=True)
     allow_local_output_dir_on_multinode: bool = _help(
         "Accept a local output_dir on a multi-node cluster (only if that path is shared storage, e.g. NFS).",
         default=False)
+    storage_retry_timeout_s: float = _help(
+        "How long a transient storage error (connection refused or reset, timeout, S3 5xx) is retried, with "
+        "backoff, before it counts as a failure. No space or permission denied fail at once.", default=120.0)
+    on_nonfinite_loss: str = _help(
+        "A NaN/Inf training loss: 'warn' (train on, as transformers; a warning names the step, also when a "
+        "checkpoint is saved after it), 'skip' (warn and skip that optimizer step), 'stop' (fail the run at that "
+        "step, nothing saved after it).", default="warn")
 
     # --- reporting and optimizer options (issue 8) ---
-    report_to: Optional[Union[list[str], str]] = _help(
+    report_to: None | str | list[str] = _help(
         "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow' "
         "and those added with register_reporter().", default="none")
     logging_dir: Optional[str] = _help(
@@ -194,6 +228,110 @@ class TrainingArguments:
         "Extra optimizer arguments as 'key=value,key=value' (e.g. 'momentum=0.9,nesterov=True' for sgd, "
         "'r=0.5,weight_lr_power=2' for schedule_free_*).", default=None)
 
+    # --- transformers' remaining fields (issue 15). What each does: hf_fields.py, docs/arguments.md ---
+    # Read by scripts only, as in transformers.
+    do_train: bool = _help("Run training. Not read by the Trainer: for scripts (transformers' examples).",
+                           default=False)
+    do_eval: bool = _help("Run evaluation; set when eval_strategy is not 'no'. Not read by the Trainer.",
+                          default=False)
+    do_predict: bool = _help("Run prediction on a test set. Not read by the Trainer.", default=False)
+
+    # Optimizer, kernels and model (raytrainer/optim.py, optimizers/ and strategy/prepare.py read them).
+    optim_target_modules: None | str | list[str] = _help(
+        "Modules the optimizer targets (names or a regex), for the optimizers that need them.", default=None)
+    use_liger_kernel: bool = _help("Apply Liger kernels to the model.", default=False)
+    liger_kernel_config: Optional[Dict[str, bool]] = _help(
+        "Liger kernel options (kwargs of _apply_liger_kernel_to_instance); None: the defaults.", default=None)
+    activation_checkpointing: Optional[bool] = _help(
+        "transformers 5's name of gradient_checkpointing (either sets both).", nargs="?", const=True, default=None)
+    activation_checkpointing_kwargs: Dict[str, Any] | str | None = _help(
+        "transformers 5's name of gradient_checkpointing_kwargs (either sets both).", default=None)
+    use_cache: bool = _help("model.config.use_cache on every worker, as transformers sets it.", default=False)
+    tf32: Optional[bool] = _help("TF32 matmuls on Ampere+ GPUs, set on every worker; None keeps torch's default.",
+                                 default=None)
+    full_determinism: bool = _help("Deterministic algorithms on every worker (enable_full_determinism): "
+                                   "reproducible, slower.", default=False)
+    torch_empty_cache_steps: Optional[int] = _help("Empty the workers' device cache every N optimizer steps.",
+                                                   default=None)
+
+    # Logging, evaluation and checkpoint behaviour.
+    logging_nan_inf_filter: bool = _help("Log a NaN/Inf step loss as the average so far; leave NaN/Inf batch "
+                                         "losses out of eval_loss.", default=True)
+    include_num_input_tokens_seen: str | bool = _help(
+        "Count input tokens into state.num_input_tokens_seen and every log: 'all', 'non_padding' or 'no' "
+        "(True/False: 'all'/'no').", default="no")
+    log_on_each_node: bool = _help("Accepted: Ray forwards every worker's output to the driver, so rank 0 logs "
+                                   "at log_level and the other ranks at log_level_replica on every node.",
+                                   default=True)
+    eval_use_gather_object: bool = _help("Accepted: evaluation outputs are always gathered as objects.",
+                                         default=False)
+    batch_eval_metrics: bool = _help("Call compute_metrics(EvalPrediction, compute_result=...) on rank 0 for each "
+                                     "evaluation step's batches of all ranks, compute_result=True on the last; "
+                                     "predictions are not kept.", default=False)
+    restore_callback_states_from_checkpoint: bool = _help(
+        "On resume, restore the state of callbacks that export one (EarlyStoppingCallback) from the checkpoint.",
+        default=False)
+    enable_jit_checkpoint: bool = _help("Accepted: on SIGTERM or a node drain raytrainer always saves at the next "
+                                        "step and restarts from it (max_preemptions).", default=False)
+
+    # Data loading.
+    dataloader_pin_memory: bool = _help("Pin batches in host memory (on GPU workers).", default=True)
+    dataloader_persistent_workers: bool = _help("Keep the DataLoader worker processes between epochs.",
+                                                default=False)
+    dataloader_prefetch_factor: Optional[int] = _help("Batches each DataLoader worker loads ahead (needs "
+                                                      "dataloader_num_workers > 0).", default=None)
+    dataloader_multiprocessing_context: Optional[str] = _help(
+        "Start method of the DataLoader workers: fork, spawn or forkserver.", choices=MP_CONTEXTS, default=None)
+    train_sampling_strategy: str = _help(
+        "Training order: random, sequential, or group_by_length (batches of similar lengths, less padding).",
+        choices=SAMPLING_STRATEGIES, default="random")
+    length_column_name: str = _help("Column of precomputed lengths for group_by_length (else the lengths of the "
+                                    "model's main input).", default="length")
+    group_by_length: bool = _help("transformers 4's spelling of train_sampling_strategy='group_by_length'.",
+                                  default=False)
+
+    # Devices and DDP.
+    use_cpu: bool = _help("Workers without GPUs (the same as use_gpu=False).", default=False)
+    ddp_find_unused_parameters: Optional[bool] = _help(
+        "DDP's find_unused_parameters (None: False); True when some parameters get no gradient.", default=None)
+    ddp_bucket_cap_mb: Optional[int] = _help("DDP's bucket_cap_mb.", default=None)
+    ddp_broadcast_buffers: Optional[bool] = _help("DDP's broadcast_buffers.", default=None)
+    ddp_static_graph: Optional[bool] = _help("DDP's static_graph.", default=None)
+    ddp_timeout: int = _help("Seconds a collective of the workers' process group may wait (Ray Train's "
+                             "TorchConfig timeout_s).", default=1800)
+    ddp_backend: Optional[str] = _help("Accepted only as the backend Ray Train sets up: nccl on GPU workers, gloo "
+                                       "on CPU ones.", choices=DDP_BACKENDS, default=None)
+
+    # The Hub: read only with push_to_hub (hub.py).
+    hub_token: Optional[str] = _help("Hub token for push_to_hub; never printed.", default=None)
+    hub_private_repo: Optional[bool] = _help("Make the Hub repository private (push_to_hub).", default=None)
+    hub_model_id: Optional[str] = _help("Hub repository name (push_to_hub, model card).", default=None)
+    hub_strategy: str = _help("What push_to_hub pushes when: end, every_save, checkpoint, all_checkpoints.",
+                              choices=HUB_STRATEGIES, default="every_save")
+    hub_always_push: bool = _help("push_to_hub: push even when the previous push is not finished.", default=False)
+    hub_revision: Optional[str] = _help("push_to_hub: the branch, tag or commit to push to.", default=None)
+
+    # Accepted at transformers' default only: any other value is a ConfigError saying why and what to use.
+    push_to_hub: bool = _help("Push the saved model (and checkpoints, per hub_strategy) to the Hugging Face Hub "
+                              "from the driver.", default=False)
+    bf16_full_eval: bool = _refused("bf16_full_eval", default=False)
+    fp16_full_eval: bool = _refused("fp16_full_eval", default=False)
+    auto_find_batch_size: bool = _refused("auto_find_batch_size", default=False)
+    project: str = _refused("project", default="huggingface")
+    trackio_space_id: Optional[str] = _refused("trackio_space_id", default=None)
+    trackio_bucket_id: Optional[str] = _refused("trackio_bucket_id", default=None)
+    trackio_static_space_id: str | None | Literal[False] = _refused("trackio_static_space_id", default=None)
+    eval_do_concat_batches: bool = _refused("eval_do_concat_batches", default=True)
+    include_for_metrics: List[str] = _refused("include_for_metrics", default_factory=list)
+    save_on_each_node: bool = _refused("save_on_each_node", default=False)
+    accelerator_config: dict | str | None = _refused("accelerator_config", default=None)
+    parallelism_config: Optional[Any] = _refused("parallelism_config", default=None)
+    dataloader_in_order: bool = _refused("dataloader_in_order", default=True)
+    deepspeed: dict | str | None = _refused("deepspeed", default=None)
+    debug: str | List[str] = _refused("debug", default="")
+    skip_memory_metrics: bool = _refused("skip_memory_metrics", default=True)
+    local_rank: int = _refused("local_rank", default=-1)
+
     def __post_init__(self):
         if self.output_dir is None:
             self.output_dir = "trainer_output"
@@ -202,6 +340,7 @@ class TrainingArguments:
         self.output_dir = absolute_if_local(self.output_dir)
         if isinstance(self.resume_from_checkpoint, str):
             self.resume_from_checkpoint = absolute_if_local(self.resume_from_checkpoint)
+        normalise_hf_fields(self)  # transformers' spellings and aliases first: the checks below see one form
         if isinstance(self.lr_scheduler_kwargs, str):
             try:
                 self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None
@@ -222,6 +361,7 @@ class TrainingArguments:
         if self.greater_is_better is None and self.metric_for_best_model is not None:
             self.greater_is_better = not self.metric_for_best_model.endswith("loss")
         self._validate()
+        validate_hf_fields(self)
 
     def _normalise_precision_and_fsdp(self):
         if self.bf16 and self.fp16:
@@ -386,10 +526,13 @@ class TrainingArguments:
         return int(value)
 
     def to_dict(self) -> dict:
-        """The arguments as plain JSON values, with secrets (storage_options) redacted."""
+        """The arguments as plain JSON values, with secrets (storage_options, *_token) redacted."""
         out = dataclasses.asdict(self)
         if out.get("storage_options"):
             out["storage_options"] = {k: "<redacted>" for k in out["storage_options"]}
+        for name in out:
+            if name.endswith("_token") and out[name] is not None:
+                out[name] = f"<{name.upper()}>"  # transformers' placeholder
         return out
 
     def to_json_string(self) -> str:

@@ -1,5 +1,5 @@
 """What a checkpoint holds: HF-loadable files, retention that keeps the newest and the best, best-model
-loading, and save_only_model checkpoints that refuse to be resumed from."""
+loading, and save_only_model checkpoints, resumed from their weights with a fresh optimizer."""
 
 import json
 import os
@@ -71,13 +71,22 @@ def test_retention_keeps_newest_and_best_and_best_model_is_loaded_at_end(tmp_pat
     assert_same_weights(weights(trainer.model), load_model_state(state.best_model_checkpoint))
 
 
-def test_save_only_model_checkpoint_cannot_be_resumed(tmp_path):
+def test_save_only_model_checkpoint_resumes_from_its_weights_with_a_fresh_optimizer(tmp_path, caplog):
     args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=2, save_steps=2,
                              save_only_model=True, disable_tqdm=True)
-    Trainer(model=make_model(), args=args, train_dataset=TokenData(16)).train()
+    first = Trainer(model=make_model(), args=args, train_dataset=TokenData(16))
+    first.train()
     assert not os.path.exists(tmp_path / "checkpoint-2" / "optimizer.pt")
-    with pytest.raises(Exception, match="save_only_model=True and cannot be resumed"):
-        Trainer(model=make_model(), args=args, train_dataset=TokenData(16)).train(resume_from_checkpoint=True)
+    longer = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=4, save_steps=2, logging_steps=1,
+                               save_only_model=True, disable_tqdm=True)
+    trainer = Trainer(model=make_model(seed=7), args=longer, train_dataset=TokenData(16))
+    with caplog.at_level("WARNING", logger="raytrainer"):
+        trainer.train(resume_from_checkpoint=True)  # as transformers: the weights, a fresh optimizer, a warning
+    assert "save_only_model=True" in caplog.text and "fresh optimizer" in caplog.text
+    assert trainer.state.global_step == 4
+    # The linear schedule continues at the saved step: step 3 uses the learning rate of step 2 of 4.
+    learning_rates = {h["step"]: h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h}
+    assert learning_rates[3] == pytest.approx(5e-5 * (1 - 2 / 4))
 
 
 def test_synchronous_and_background_saves_write_the_same_checkpoint(tmp_path):

@@ -47,7 +47,7 @@ def _train(tmp_path, **kw):
      r"transformer_layer_cls_to_wrap.*\['GPT2Block'\].*TinyBlocks.*TransformerEncoderLayer"),
     (dict(fsdp="hybrid_shard auto_wrap"), r"fsdp='hybrid_shard auto_wrap': 'hybrid_shard' is not supported"),
     (dict(fsdp="full_shard shard_grad_op"), r"choose one of full_shard and shard_grad_op"),
-    (dict(strategy="fsdp", fsdp_config={"min_num_params": 1000}), r"unknown key 'min_num_params'"),
+    (dict(strategy="fsdp", fsdp_config={"min_num_params": 1000}), r"min_num_params.*size-based"),
     (dict(strategy="fsdp", fsdp_config={"version": 1}), r"only FSDP2"),
     (dict(fsdp_config={"reshard_after_forward": True}), r"fsdp_config is set but FSDP is off"),
     (dict(gradient_checkpointing_kwargs="{nope"), r"gradient_checkpointing_kwargs=.*not valid JSON"),

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterable, List
 
 from ..state import TrainerControl, TrainerState
 from .events import DECISION_POINTS, EVENTS, PER_STEP, method_name
+from .stateful import STATES_KEY, export_states
 
 CONTROL_FLAGS = tuple(f.name for f in dataclasses.fields(TrainerControl))
 # What trainer_state.json records of a restart and of a resize (the driver's mirror keeps the same).
@@ -139,12 +140,16 @@ class CallbackHandler:
         for event in events:
             self.handle(event)
 
-    def take_control(self) -> Dict[str, bool]:
+    def take_control(self) -> Dict[str, Any]:
         """The flags set since the last decision, handed to the workers; the one-off requests are cleared
-        here (the workers now act on them), a training stop stays set, as in HF."""
-        flags = {name: bool(getattr(self.control, name)) for name in CONTROL_FLAGS}
+        here (the workers now act on them), a training stop stays set, as in HF. The callbacks' exported
+        states travel along, for the next checkpoint's trainer_state.json (callbacks/stateful.py)."""
+        flags: Dict[str, Any] = {name: bool(getattr(self.control, name)) for name in CONTROL_FLAGS}
         self.control.should_log = self.control.should_evaluate = self.control.should_save = False
         self.control.should_epoch_stop = False
+        states = export_states(self.driver_callbacks)
+        if states:
+            flags[STATES_KEY] = states
         return flags
 
     def _update_state(self, kind: str, event: Dict[str, Any]):

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import TrainerCallback
+from .stateful import RESTORED
 
 
 class EarlyStoppingCallback(TrainerCallback):
@@ -57,7 +58,8 @@ class EarlyStoppingCallback(TrainerCallback):
         if not args.load_best_model_at_end:
             warnings.warn("EarlyStoppingCallback without load_best_model_at_end=True: once training stops, the "
                           "model is the last one, not the best.", stacklevel=2)
-        self.early_stopping_patience_counter = 0
+        if not self.__dict__.pop(RESTORED, False):  # restore_callback_states_from_checkpoint set the counter
+            self.early_stopping_patience_counter = 0
         self.best_metric = state.best_metric  # a resumed run continues from its checkpoint's best
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):

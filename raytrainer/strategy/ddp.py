@@ -21,12 +21,20 @@ class _DDP(DistributedDataParallel):
             return getattr(self.module, name)
 
 
+def ddp_options(args) -> dict:
+    """transformers' ddp_* arguments that are set, as DistributedDataParallel's keyword arguments. Unset (None)
+    ones keep torch's defaults, find_unused_parameters=False included."""
+    names = {"ddp_find_unused_parameters": "find_unused_parameters", "ddp_bucket_cap_mb": "bucket_cap_mb",
+             "ddp_broadcast_buffers": "broadcast_buffers", "ddp_static_graph": "static_graph"}
+    return {kw: getattr(args, name) for name, kw in names.items() if getattr(args, name, None) is not None}
+
+
 class DDPStrategy(Strategy):
     name = "ddp"
 
     def wrap(self, model: nn.Module, blocks: List[nn.Module]) -> nn.Module:
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        return _DDP(model, device_ids=device_ids)
+        return _DDP(model, device_ids=device_ids, **ddp_options(self.args))
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

@@ -51,6 +51,8 @@ def prepare(model: nn.Module, args) -> List[nn.Module]:
     blocks = find_blocks(model, config.get("transformer_layer_cls_to_wrap"))
     if args is None:
         return blocks
+    if getattr(model, "config", None) is not None and hasattr(args, "use_cache"):
+        model.config.use_cache = args.use_cache  # transformers sets it on the model it trains (default False)
     if args.gradient_checkpointing or config.get("activation_checkpointing"):
         blocks = apply_activation_checkpointing(model, blocks, args.gradient_checkpointing_kwargs or {})
     if args.torch_compile:

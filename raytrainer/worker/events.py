@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import torch
 
 from ..callbacks.base import CONTROL_FLAGS, call, listens_to, reset_control
+from ..callbacks.stateful import STATES_KEY
 from ..state import TrainerControl
 
 
@@ -44,6 +45,7 @@ class LoopEvents:
         flags = [int(getattr(control, name)) for name in CONTROL_FLAGS]
         if ask and self.ctx.is_main:
             decided = self.emitter.request_control()
+            state.stateful_callbacks.update(decided.get(STATES_KEY) or {})  # saved with the next checkpoint
             flags = [f | int(decided.get(name, False)) for f, name in zip(flags, CONTROL_FLAGS)]
         if self.ctx.distributed:
             flags = self.ctx.all_reduce_max(torch.tensor(flags, dtype=torch.int32, device=self.ctx.device)).tolist()
