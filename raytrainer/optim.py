@@ -106,7 +106,7 @@ def optimizer_class(optim: str) -> type:
     if optim == "sgd":
         return torch.optim.SGD
     if optim == "adafactor":
-        return torch.optim.Adafactor
+        return _adafactor_class()
     if optim in SCHEDULE_FREE:
         try:
             import schedulefree
@@ -114,6 +114,19 @@ def optimizer_class(optim: str) -> type:
             raise _schedulefree_missing(optim) from None
         return getattr(schedulefree, _SCHEDULE_FREE_CLASSES[optim])
     raise ConfigError(f"optim={optim!r} is not supported.")  # TrainingArguments already rejects this
+
+
+def _adafactor_class() -> type:
+    """transformers' `Adafactor` (what `optim="adafactor"` means there; a different algorithm from torch's:
+    the numbers differ from the second step on); torch's, with a warning, where transformers is missing."""
+    try:
+        from transformers.optimization import Adafactor
+    except ImportError:
+        warnings.warn("optim='adafactor' means transformers' Adafactor, and transformers is not installed: "
+                      'using torch.optim.Adafactor, whose steps differ (pip install "raytrainer[hf]").',
+                      stacklevel=3)
+        return torch.optim.Adafactor
+    return Adafactor
 
 
 def _schedulefree_missing(optim: str) -> ConfigError:
@@ -183,6 +196,11 @@ def optim_kwargs(args: TrainingArguments, cls: type | None = None) -> dict:
 
 def check_optimizer(args: TrainingArguments) -> None:
     """At TrainingArguments construction: the optimizer's package is installed and optim_args fit it."""
+    from .optimizers import registry  # lazily: it imports this module
+
+    registry.check_args(args)  # Liger, and the optimizers of their own packages (GaLore, LOMO, ...)
+    if registry.handles(args.optim):
+        return
     if is_schedule_free(args.optim):
         if importlib.util.find_spec("schedulefree") is None:
             raise _schedulefree_missing(args.optim)
@@ -196,6 +214,10 @@ def check_optimizer(args: TrainingArguments) -> None:
 
 
 def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+    from .optimizers import registry
+
+    if registry.handles(args.optim):
+        return registry.create(model, args)
     groups = _param_groups(model, args.weight_decay)
     lr = args.learning_rate
     cls = optimizer_class(args.optim)
@@ -211,6 +233,9 @@ def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.O
                 warnings.warn(f"optim='adamw_torch_fused' is not supported for these parameters ({reason}); "
                               "using the non-fused torch.optim.AdamW instead.", stacklevel=2)
         return cls(groups, **kwargs)
+    if args.optim == "adafactor" and cls is not torch.optim.Adafactor:
+        # transformers' Adafactor with its Trainer's settings: the learning rate is the schedule's.
+        return cls(groups, lr=lr, **{"scale_parameter": False, "relative_step": False, **extra})
     if args.optim in ("sgd", "adafactor"):
         return cls(groups, lr=lr, **extra)
     # Schedule-free, with HF's arguments: Adam's betas/eps (not for SGD), warm-up inside the optimizer (not

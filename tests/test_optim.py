@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 import torch
+from transformers.optimization import Adafactor  # what optim="adafactor" means (transformers' Trainer)
 from torch import nn
 
 from raytrainer.args import OPTIMIZERS, SCHEDULERS, TrainingArguments
@@ -53,7 +54,7 @@ def test_param_groups_split_decay_and_skip_frozen():
 
 
 @pytest.mark.parametrize("optim, cls", [("adamw_torch", torch.optim.AdamW), ("adamw_torch_fused", torch.optim.AdamW),
-                                        ("sgd", torch.optim.SGD), ("adafactor", torch.optim.Adafactor)])
+                                        ("sgd", torch.optim.SGD), ("adafactor", Adafactor)])
 def test_each_optimizer_builds_and_steps(optim, cls):
     assert optim in OPTIMIZERS
     model = Tiny()
@@ -283,7 +284,9 @@ def test_schedule_free_adamw_trains_and_resumes_exactly(tmp_path):
 
 def test_optim_args_tuples_and_names_that_args_set_only_for_adam():
     # adam_epsilon is Adam's: Adafactor's own eps pair comes through optim_args (tuples as 'a:b').
-    opt = create_optimizer(Tiny(), TrainingArguments(optim="adafactor", optim_args="eps=None:1e-2,beta2_decay=-0.5"))
-    assert opt.defaults["beta2_decay"] == -0.5 and opt.defaults["eps"] == (None, 1e-2)
+    opt = create_optimizer(Tiny(), TrainingArguments(optim="adafactor", optim_args="eps=1e-29:1e-2,decay_rate=-0.5"))
+    assert opt.defaults["decay_rate"] == -0.5 and opt.defaults["eps"] == (1e-29, 1e-2)
+    # transformers' Adafactor with its Trainer's settings (the schedule sets the rate), as optim="adafactor" there
+    assert not opt.defaults["relative_step"] and not opt.defaults["scale_parameter"]
     with pytest.raises(ConfigError, match="2 values"):
         TrainingArguments(optim="adafactor", optim_args="eps=1e-3")
