@@ -134,12 +134,12 @@ class EventSink(JobBoard):
                 pass
         return True
 
-    async def record_failure(self, cause: str, message: str) -> bool:
+    async def record_failure(self, cause: str, message: str, fatal: bool = False) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails: the job in flight is
         re-served to the next group, or failed with `message` once past its max_failures (`JobBoard`).
         Returns True when the group should be given up."""
         preempted = bool(self._cause and self._cause["reason"] == "preemption")
-        counted = self._count_failure(cause, message, preempted)
+        counted = self._count_failure(cause, message, preempted, fatal)
         await self.record_cause("failure", cause)
         if counted["job"] is not None:
             kind = "job_failed" if counted["failed"] else "failure"

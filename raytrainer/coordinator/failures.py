@@ -10,12 +10,19 @@ from __future__ import annotations
 from ray.train import UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
+from ..worker.user_errors import WorkerError
+
 
 def first_worker_error(worker_failures: dict) -> str:
     """The message a user gets for a failed worker group: the lowest failed rank's own error (Ray Train
-    wraps it; its `cause` is the exception the user's code raised)."""
-    rank, exc = sorted(worker_failures.items())[0]
-    cause = getattr(exc, "cause", None) or exc
+    wraps it; its `cause` is the exception the user's code raised). A worker's error is a `WorkerError`, one
+    line that names the user's method (worker/user_errors.py); a rank that failed only because a peer died
+    in a collective is named after the ranks that failed first."""
+    causes = sorted((rank, getattr(exc, "cause", None) or exc) for rank, exc in worker_failures.items())
+    own = [(rank, cause) for rank, cause in causes if isinstance(cause, WorkerError)]
+    if own:
+        return str(min(own, key=lambda rc: (rc[1].in_collective, rc[0]))[1])
+    rank, cause = causes[0]
     return f"Training failed on worker rank {rank}: {type(cause).__name__}: {cause}"
 
 
@@ -33,8 +40,10 @@ class FailureRecorder(UserCallback):
         parts = [f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                  for rank, exc in sorted(worker_exceptions.items())]
         message = first_worker_error(worker_exceptions) if worker_exceptions else "the worker group failed"
+        # An error marked `fatal` (a full disk, lost storage, a damaged checkpoint) fails the job at once.
+        fatal = any(getattr(getattr(exc, "cause", None) or exc, "fatal", False) for exc in worker_exceptions.values())
         try:
-            give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message))
+            give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message, fatal))
         except ray.exceptions.RayActorError:  # the driver released the group: nobody waits for it
             give_up = True
         if give_up:

@@ -100,7 +100,7 @@ class JobBoard:
         return True
 
     # ------------------------------------------------------------------ failures (from Ray Train's controller)
-    def _count_failure(self, cause: str, message: str, preempted: bool) -> Dict[str, Any]:
+    def _count_failure(self, cause: str, message: str, preempted: bool, fatal: bool = False) -> Dict[str, Any]:
         """A worker group failed. Returns {"job": the id if a job was in flight, "failed": whether that job is
         now failed, "give_up": whether the group should be aborted}. A preemption is Ray Train's to count
         (max_preemptions), not the job's."""
@@ -114,7 +114,7 @@ class JobBoard:
         if taken_by_all and not preempted:
             job["failures"] += 1
         limit = job["max_failures"]
-        failed = limit != -1 and job["failures"] > limit
+        failed = fatal or (limit != -1 and job["failures"] > limit)  # fatal: a restart cannot help (storage)
         if failed:
             self._finish_job(job["id"], "failed", message)
         return {"job": job["id"], "failed": failed, "give_up": False}

@@ -21,7 +21,10 @@ POLL_INTERVAL_S = 0.2
 
 
 class TrainingError(RuntimeError):
-    """A worker raised: the message carries the worker's own error, the cause holds the exception."""
+    """A worker raised: the message is one line naming the rank, the user's method that raised and where
+    (`worker/user_errors.py`); `worker_traceback` holds that worker's full traceback, when it sent one."""
+
+    worker_traceback: str = ""
 
 
 def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_gpu: bool) -> Any:
@@ -30,21 +33,30 @@ def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_g
     return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0))
 
 
-def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, receive: Callable[[Any], Any]) -> Any:
+def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, receive: Callable[[Any], Any],
+               kind: str = "the job") -> Any:
     """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and job (`transfer.Packed`); its arrays
     go into the object store once, here, and every worker (and every replaced worker group) maps them from
     there. `receive(result)` runs while the objects in the result (the trained weights, owned by rank 0)
     still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another."""
     import ray
 
+    from .. import code_paths
+    from .cluster import workers_may_be_elsewhere
+
     data = ray.put(packed.data)  # owned by the driver: lives until this job ends, restarts included
-    posted = group.post(packed.payload, data, max_failures)
+    # The driver's import path goes with every job (it may have grown since the group started); modules
+    # only the driver has are shipped when other nodes may run workers (code_paths.py).
+    code = code_paths.capture(ship=workers_may_be_elsewhere(), put=ray.put)
+    posted = group.post(packed.payload, data, max_failures, code=code, kind=kind)
     if posted is None:
         return NOT_POSTED
     try:
         return _pump_job(group, posted["id"], handler, receive)
     except _JobFailed as failed:  # a worker raised: Ray Train replaces the group, which serves the next call
-        raise TrainingError(str(failed)) from None
+        error = TrainingError(str(failed))
+        error.worker_traceback = failed.worker_traceback
+        raise error from None
     except BaseException:  # the driver gave up on a job still running (a driver callback raised, Ctrl-C twice)
         group.close()
         raise
@@ -54,7 +66,9 @@ NOT_POSTED = object()
 
 
 class _JobFailed(Exception):
-    pass
+    def __init__(self, message: str, worker_traceback: str = ""):
+        super().__init__(message)
+        self.worker_traceback = worker_traceback
 
 
 def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[Any], Any]) -> Any:
@@ -87,6 +101,8 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
             elif kind == "job_failed":
                 outcome["failed"] = event["error"]
             else:
+                if kind == "error":  # the first failed rank's traceback, kept for TrainingError.worker_traceback
+                    outcome.setdefault("traceback", event.get("traceback", ""))
                 handler.handle(event)
 
     def ended() -> bool:
@@ -99,7 +115,7 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
     if not ended():  # the group's fit() ended: read what its last workers sent
         pump(0)
     if "failed" in outcome:
-        raise _JobFailed(outcome["failed"])
+        raise _JobFailed(outcome["failed"], outcome.get("traceback", ""))
     if "receive_error" in outcome:
         raise outcome["receive_error"]
     if "result" in outcome:
@@ -160,5 +176,8 @@ def _unwrap(error: BaseException) -> BaseException:
     if failures:
         from .failures import first_worker_error
 
-        return TrainingError(first_worker_error(failures))
+        unwrapped = TrainingError(first_worker_error(failures))
+        unwrapped.worker_traceback = next((getattr(getattr(e, "cause", None), "worker_traceback", "")
+                                           for _, e in sorted(failures.items())), "")
+        return unwrapped
     return TrainingError(str(error))

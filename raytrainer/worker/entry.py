@@ -18,7 +18,9 @@ from ..verbosity import configure_worker
 from .context import WorkerContext
 from .evaluation import evaluation_loop
 from .events import LoopEvents
-from .loop import TrainLoop, set_seed
+from .loop import TrainLoop
+from .process_options import setup_process
+from .user_errors import WorkerError, quiet_wrapped_tracebacks
 
 
 def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, on_ray: bool = False) -> Any:
@@ -30,7 +32,7 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, 
         return TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from"), on_ray=on_ray).run()
 
     # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.
-    set_seed(trainer.args.seed)
+    setup_process(trainer.args, ctx.device)  # seed or full_determinism, tf32, as for training
     model = trainer.model if trainer.model is not None else trainer.model_init()
     trainer.model = trainer.model_wrapped = model.to(ctx.device)
     dataset = job["dataset"]
@@ -41,7 +43,7 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, 
         return {"metrics": output.metrics} if ctx.is_main else None
     output = evaluation_loop(trainer, trainer.get_test_dataloader(dataset),
                              prediction_loss_only=False, ignore_keys=job.get("ignore_keys"),
-                             metric_key_prefix=job["prefix"], on_step=events.emit)
+                             metric_key_prefix=job["prefix"], on_step=events.emit, keep_predictions=True)
     return {"prediction": output} if ctx.is_main else None
 
 
@@ -53,6 +55,7 @@ def ray_worker_main(config: Dict[str, Any]):
 
     ctx = WorkerContext.from_ray()
     sink = config["sink"]
+    quiet_wrapped_tracebacks()  # a job's error reaches the driver as one line (user_errors.py)
     last = None
     while True:
         try:
@@ -69,15 +72,28 @@ def ray_worker_main(config: Dict[str, Any]):
 def serve(spec: Dict[str, Any], ctx: WorkerContext, sink):
     import ray
 
-    from .. import transfer
+    from .. import code_paths, transfer
 
     emitter = Emitter(sink, ctx.rank, job=spec["id"])
-    # The weights and large data come from the object store (zero-copy on the driver's node).
-    trainer, job = transfer.unpack(spec["payload"], ray.get(spec["data"]))
+    kind = spec.get("kind", "the job")
+    try:
+        code_paths.install(spec.get("code"), fetch=ray.get)  # what the driver imports, importable here too
+        # The weights and large data come from the object store (zero-copy on the driver's node).
+        trainer, job = transfer.unpack(spec["payload"], ray.get(spec["data"]))
+    except Exception as exc:  # a module this node lacks: every try would fail alike, so the job fails now
+        error = WorkerError.of(exc, ctx.rank, kind, fatal=True)
+        emitter.emit("error", traceback=error.worker_traceback)
+        emitter.flush(wait=True)
+        raise error from None
     levels = job.get("log_levels", {})
     configure_worker(levels.get(ctx.rank, levels.get("replica")))
     try:
         result = run_job(trainer, job, ctx, emitter, on_ray=True)
+    except Exception as exc:  # the user's error, as one line on the driver (the traceback travels with it)
+        error = WorkerError.of(exc, ctx.rank, kind)
+        emitter.emit("error", traceback=error.worker_traceback)
+        emitter.flush(wait=True)
+        raise error from None
     except BaseException:
         emitter.emit("error", traceback=traceback.format_exc())
         emitter.flush(wait=True)
