@@ -11,14 +11,15 @@ VOCAB = 32
 class TinyLM(nn.Module):
     """Token-level model whose loss is the mean over label tokens that are not -100 (as HF models)."""
 
-    def __init__(self, vocab: int = VOCAB, dim: int = 16):
+    def __init__(self, vocab: int = VOCAB, dim: int = 16, dropout: float = 0.0):
         super().__init__()
         self.emb = nn.Embedding(vocab, dim)
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()  # a random stream resume must continue
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab)
 
     def forward(self, input_ids, attention_mask=None, labels=None, idx=None):
-        logits = self.head(self.norm(self.emb(input_ids)))
+        logits = self.head(self.norm(self.drop(self.emb(input_ids))))
         out = {"logits": logits}
         if labels is not None:
             out["loss"] = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
@@ -54,9 +55,26 @@ class TokenData(torch.utils.data.Dataset):
         return self.items[i]
 
 
-def make_model(seed: int = 0) -> TinyLM:
+def make_model(seed: int = 0, dropout: float = 0.0) -> TinyLM:
     torch.manual_seed(seed)
-    return TinyLM()
+    return TinyLM(dropout=dropout)
+
+
+class MaskingCollator:
+    """A masked-LM collator's randomness: each label is hidden (-100) with probability 0.15, drawn from torch's
+    global stream when the batch is made, as transformers' DataCollatorForLanguageModeling draws its masks."""
+
+    def __init__(self):
+        from raytrainer.data.collator import DefaultCollator
+
+        self.inner = DefaultCollator()
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        labels = batch["labels"].clone()
+        labels[torch.rand(labels.shape) < 0.15] = -100
+        batch["labels"] = labels
+        return batch
 
 
 def weights(model: nn.Module) -> dict:

@@ -1,7 +1,7 @@
 """A training run in its own process, for tests that kill the driver or crash in the middle of a save.
 
     python -m tests.resume_script OUTPUT_DIR RESULT_FILE [--resume] [--storage-options JSON]
-        [--crash-before-commit STEP] [--sleep-per-step S]
+        [--crash-before-commit STEP] [--sleep-per-step S] [--random]
 
 --crash-before-commit makes the process die (os._exit) after every file of checkpoint STEP is written but
 before its commit marker: the worst moment for a crash.
@@ -16,9 +16,18 @@ import torch
 
 from raytrainer import Trainer, TrainingArguments
 from raytrainer.checkpoint import manifest
-from tests.models import TokenData, make_model
+from tests.models import MaskingCollator, TokenData, make_model as make_plain_model
 
 STEPS, SAVE_STEPS = 12, 4
+DROPOUT = 0.2  # --random: dropout and a random collator; resume must continue every stream (principle 3)
+
+
+def make_model(random: bool = False):
+    return make_plain_model(dropout=DROPOUT if random else 0.0)
+
+
+def collator(random: bool = False):
+    return MaskingCollator() if random else None
 
 
 def training_args(output_dir, storage_options=None, num_workers=0, **extra):
@@ -51,6 +60,7 @@ def main():
     parser.add_argument("--sleep-per-step", type=float, default=0.0)
     parser.add_argument("--seen", default=None)
     parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--random", action="store_true", help="dropout and a random (masking) collator")
     opts = parser.parse_args()
     if opts.crash_before_commit is not None:
         real_commit = manifest.commit
@@ -63,9 +73,9 @@ def main():
         manifest.commit = crashing_commit
     SlowTrainer.seen_path = opts.seen
     storage_options = json.loads(opts.storage_options) if opts.storage_options else None
-    trainer = SlowTrainer(model=make_model(),
+    trainer = SlowTrainer(model=make_model(opts.random),
                           args=training_args(opts.output_dir, storage_options, num_workers=opts.num_workers),
-                          train_dataset=TokenData(44))
+                          train_dataset=TokenData(44), data_collator=collator(opts.random))
     trainer.sleep_per_step = opts.sleep_per_step  # an instance attribute travels to Ray workers
     output = trainer.train(resume_from_checkpoint=True if opts.resume else None)
     torch.save({"weights": trainer.model.state_dict(), "global_step": output.global_step,

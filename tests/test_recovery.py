@@ -42,11 +42,10 @@ def args(output_dir, opts, num_workers, batch):
 # worker killed mid-epoch resumes to the uninterrupted weights); each run costs ~25 s of the suite's 15 min.
 @pytest.mark.parametrize("output_url", ["s3"], indirect=True)
 def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(output_url, tmp_path):
+    """With dropout: the restarted group continues every rank's random streams from the checkpoint. The
+    reference is the same 2-worker run, uninterrupted (its dropout masks are those of 2 x 4 rows), on the
+    same worker group."""
     output_dir, opts = output_url
-    reference = Trainer(model=make_model(), args=args(str(tmp_path / "ref"), None, 0, 8),
-                        train_dataset=TokenData(48))
-    reference.train()
-
     seen = []
 
     class Watch(TrainerCallback):  # runs on the driver, fed by the workers' event stream
@@ -56,13 +55,20 @@ def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(ou
         def on_log(self, args, state, control, logs=None, **kwargs):
             seen.append(("log", logs["step"], None))
 
-    trainer = DiesOnce(model=make_model(), args=args(output_dir, opts, 2, 4), train_dataset=TokenData(48),
-                       callbacks=[Watch()])
+    trainer = DiesOnce(model=make_model(dropout=0.2), args=args(str(tmp_path / "ref"), None, 2, 4),
+                       train_dataset=TokenData(48), callbacks=[Watch()])
+    trainer.marker = str(tmp_path / "not-this-time")
+    open(trainer.marker, "w").close()
+    trainer.train()
+    reference = weights(trainer.model)
+
+    seen.clear()
+    trainer.model, trainer.args = make_model(dropout=0.2), args(output_dir, opts, 2, 4)
     trainer.marker = str(tmp_path / "killed")
     output = trainer.train()
     assert os.path.exists(trainer.marker), "the injected failure never happened"
     assert output.global_step == 10
-    assert_same_weights(weights(trainer.model), weights(reference.model))
+    assert_same_weights(weights(trainer.model), reference)
 
     # The restart is visible on the driver and recorded in the checkpoint's trainer_state.json.
     assert len(trainer.state.restarts) == 1

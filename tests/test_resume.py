@@ -13,17 +13,27 @@ import torch
 
 from raytrainer.checkpoint.listing import list_checkpoints, newest_committed
 from tests.models import assert_same_weights, weights
-from tests.resume_script import STEPS, SlowTrainer, TokenData, make_model, training_args
+from tests.resume_script import STEPS, SlowTrainer, TokenData, collator, make_model, training_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
+    return _uninterrupted(tmp_path_factory, random=False)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_random(tmp_path_factory):
+    """The reference with dropout and a random collator (resume_script --random)."""
+    return _uninterrupted(tmp_path_factory, random=True)
+
+
+def _uninterrupted(tmp_path_factory, random: bool):
     out = tmp_path_factory.mktemp("ref")
     SlowTrainer.seen_path = str(out / "seen.jsonl")
-    trainer = SlowTrainer(model=make_model(), args=training_args(str(out / "run"), save_strategy="no"),
-                          train_dataset=TokenData(44))
+    trainer = SlowTrainer(model=make_model(random), args=training_args(str(out / "run"), save_strategy="no"),
+                          train_dataset=TokenData(44), data_collator=collator(random))
     trainer.train()
     SlowTrainer.seen_path = None
     return weights(trainer.model), _seen(out / "seen.jsonl")
@@ -46,29 +56,30 @@ def _script(output_dir, result, storage_options, *extra, wait=True):
 
 
 def test_crash_before_commit_leaves_a_partial_checkpoint_that_is_never_resumed(output_url, tmp_path,
-                                                                               uninterrupted):
+                                                                               uninterrupted_random):
+    """With dropout and a random collator: the resumed run continues their streams exactly."""
     output_dir, opts = output_url
-    crashed = _script(output_dir, tmp_path / "r1.pt", opts, "--crash-before-commit", "8")
+    crashed = _script(output_dir, tmp_path / "r1.pt", opts, "--crash-before-commit", "8", "--random")
     assert crashed.returncode == 17, crashed.stdout.read()
     listed = {c.step: c.committed for c in list_checkpoints(output_dir, opts)}
     assert listed == {4: True, 8: False}
     assert newest_committed(output_dir, opts).endswith("checkpoint-4")
 
     seen = tmp_path / "seen.jsonl"
-    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--seen", str(seen))
+    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--seen", str(seen), "--random")
     assert resumed.returncode == 0, resumed.stdout.read()
     result = torch.load(tmp_path / "r2.pt")
     assert result["global_step"] == STEPS
-    ref_weights, ref_seen = uninterrupted
+    ref_weights, ref_seen = uninterrupted_random
     assert_same_weights(result["weights"], ref_weights)
     # Resumed from checkpoint-4: steps 5.. saw exactly the samples the uninterrupted run saw.
     assert _seen(seen) == {s: idx for s, idx in ref_seen.items() if s > 4}
     assert {c.step: c.committed for c in list_checkpoints(output_dir, opts)} == {4: True, 8: True, 12: True}
 
 
-def test_driver_killed_with_sigkill_then_rerun_with_resume(output_url, tmp_path, uninterrupted):
+def test_driver_killed_with_sigkill_then_rerun_with_resume(output_url, tmp_path, uninterrupted_random):
     output_dir, opts = output_url
-    proc = _script(output_dir, tmp_path / "r1.pt", opts, "--sleep-per-step", "0.3", wait=False)
+    proc = _script(output_dir, tmp_path / "r1.pt", opts, "--sleep-per-step", "0.3", "--random", wait=False)
     deadline = time.time() + 120
     while newest_committed(output_dir, opts) is None and time.time() < deadline:
         assert proc.poll() is None, proc.stdout.read()
@@ -79,10 +90,10 @@ def test_driver_killed_with_sigkill_then_rerun_with_resume(output_url, tmp_path,
     first = newest_committed(output_dir, opts)
     assert first is not None and int(first.rsplit("-", 1)[1]) < STEPS
 
-    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume")
+    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--random")
     assert resumed.returncode == 0, resumed.stdout.read()
     result = torch.load(tmp_path / "r2.pt")
-    assert_same_weights(result["weights"], uninterrupted[0])
+    assert_same_weights(result["weights"], uninterrupted_random[0])
 
 
 def test_resume_true_without_a_checkpoint_is_a_clear_error(tmp_path):

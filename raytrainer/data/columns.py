@@ -40,11 +40,36 @@ def default_label_names(model: nn.Module) -> List[str]:
 
 
 def accepts_loss_kwargs(model: nn.Module) -> bool:
-    """Whether the model normalises its own loss by `num_items_in_batch` (HF's rule)."""
+    """Whether the model normalises its own loss by a `num_items_in_batch` it is given.
+
+    Only a model that says so: an `accepts_loss_kwargs` attribute (HF's switch), or a forward with a named
+    `num_items_in_batch` parameter. A bare `**kwargs` is not taken as a yes, as transformers' Trainer takes it:
+    transformers 5 gives nearly every model `**kwargs`, and BERT-family heads then ignore the count and return
+    their own mean, which that rule scales by the world size (2x the loss and gradients on 2 workers). Every
+    other model's own mean is rescaled by its label items instead (`compute_loss`), which is exact for both
+    kinds of model."""
     if hasattr(model, "accepts_loss_kwargs"):
         return bool(model.accepts_loss_kwargs)
-    names, var_kw = forward_signature(model)
-    return var_kw or "num_items_in_batch" in names
+    names, _ = forward_signature(model)
+    return "num_items_in_batch" in names
+
+
+def loss_shifts_labels(model: nn.Module) -> bool:
+    """Whether the model's loss predicts label[i + 1] at position i (a decoder-only LM), so that the first
+    label of each row is never a target and is not counted. transformers decides it from `loss_type` alone,
+    which GPT-2 leaves unset (its counts are then (L-1)/L too high); here the loss function the model really
+    uses (its `loss_type`) or its class name decides. Encoder-decoders feed right-shifted
+    decoder inputs: every label is a target."""
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return False
+    name = type(model).__name__
+    if name.endswith("ForCausalLM") or name.endswith("LMHeadModel"):
+        return True
+    try:
+        from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+    except ImportError:
+        return False
+    return LOSS_MAPPING.get(getattr(model, "loss_type", None)) is ForCausalLMLoss
 
 
 def dataset_columns(dataset: Any) -> Optional[List[str]]:
@@ -70,15 +95,32 @@ class ColumnFilter:
         return self.collator([{k: v for k, v in f.items() if k in self.keep} for f in features])
 
 
-def count_label_items(batch: dict, label_names: Iterable[str]) -> Optional[int]:
-    """Label elements that count towards the loss (not IGNORE_INDEX); None if the batch has no labels."""
-    total, found = 0, False
+def label_items(batch: dict, label_names: Iterable[str], shift: bool = False) -> Optional[torch.Tensor]:
+    """Label elements that count towards the loss (not IGNORE_INDEX), as a tensor on the labels' device (no
+    host sync); None if the batch has no labels. `shift`: the model predicts the next label (a causal LM), so
+    position 0 is no target; a collator's own `shift_labels` column is counted as it is."""
+    total = None
     for name in label_names:
         labels = batch.get(name)
-        if isinstance(labels, torch.Tensor):
-            found = True
-            total += int(labels.ne(IGNORE_INDEX).sum()) if not labels.is_floating_point() else labels.numel()
-    return total if found else None
+        if not isinstance(labels, torch.Tensor):
+            continue
+        if labels.is_floating_point():
+            count = torch.tensor(labels.numel(), device=labels.device)
+        else:
+            shifted = batch.get("shift_labels")
+            if isinstance(shifted, torch.Tensor):
+                labels = shifted
+            elif shift and labels.dim() > 1:
+                labels = labels[..., 1:]
+            count = labels.ne(IGNORE_INDEX).sum()
+        total = count if total is None else total + count
+    return total
+
+
+def count_label_items(batch: dict, label_names: Iterable[str], shift: bool = False) -> Optional[int]:
+    """`label_items` as a plain int (one host sync when the labels are on a GPU)."""
+    items = label_items(batch, label_names, shift)
+    return None if items is None else int(items)
 
 
 def extract_loss(outputs: Any, input_keys: Iterable[str] = ()) -> torch.Tensor:

@@ -8,14 +8,17 @@ broadcast, so every rank holds the same values for decisions (best checkpoint, e
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
 
+from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.ray_batches import RayEvalLoader, interleave
 from ..state import EvalPrediction, PredictionOutput
+from .batch_metrics import BatchMetrics
 
 PAD = -100
 
@@ -97,16 +100,22 @@ def _nbytes(value: Any) -> int:
 
 
 def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = None, ignore_keys=None,
-                    metric_key_prefix: str = "eval", on_step: Optional[Callable[[str], None]] = None
-                    ) -> PredictionOutput:
-    """`on_step(event)` is told of each batch ("prediction_step"), for the driver's callbacks."""
+                    metric_key_prefix: str = "eval", on_step: Optional[Callable[[str], None]] = None,
+                    keep_predictions: bool = False) -> PredictionOutput:
+    """`on_step(event)` is told of each batch ("prediction_step"), for the driver's callbacks.
+    `keep_predictions`: return the predictions under batch_eval_metrics too (predict(), as transformers)."""
     args, ctx = trainer.args, trainer.ctx
     if prediction_loss_only is None:
         prediction_loss_only = args.prediction_loss_only
     start = time.time()
     model = trainer.model  # unwrapped: evaluation needs no gradient synchronisation
-    loss_sum, count = None, 0  # loss_sum stays None when the model gives no loss (no labels)
+    # The loss is the mean over every label item of the set (a batch's mean weighs by its items), whatever the
+    # batching: transformers weighs each batch's mean by its rows, which depends on how rows fall into batches.
+    loss_sum, weight, count = None, 0, 0  # loss_sum stays None when the model gives no loss (no labels)
+    shift = loss_shifts_labels(model)
     buffer = PredictionBuffer(args.eval_accumulation_steps)
+    # batch_eval_metrics: metrics step by step, predictions not kept (but for predict(), as transformers).
+    batched = BatchMetrics(trainer) if args.batch_eval_metrics and trainer.compute_metrics is not None else None
     # Every rank reads the whole stream of a Ray Dataset, so it knows after the pass how many it is short of;
     # otherwise the count is a collective, agreed before any forward pass.
     interleaved = isinstance(dataloader, RayEvalLoader)
@@ -116,24 +125,34 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         size = _batch_size(batch)
         loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
         if loss is not None:
-            loss_sum = (loss_sum or 0.0) + float(loss) * size
+            items = count_label_items(batch, trainer.label_names, shift)
+            items = size if items is None else items
+            if args.logging_nan_inf_filter and not math.isfinite(float(loss)):  # HF leaves it out of eval_loss
+                loss_sum = loss_sum or 0.0
+            else:
+                loss_sum, weight = (loss_sum or 0.0) + float(loss) * items, weight + items
         count += size
         if logits is not None and trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, label)
-        buffer.add(_detached(logits), _detached(label))
+        if batched is not None:
+            batched.add(logits, label)
+        if batched is None or keep_predictions:
+            buffer.add(_detached(logits), _detached(label))
         if on_step is not None:
             on_step("prediction_step")
     if interleaved and _sharded(trainer):
         missing = dataloader.passes_behind()
     if missing:
         _filler_passes(trainer, model, dataloader, batch, missing, prediction_loss_only, ignore_keys)
+    batch_metrics = batched.finish() if batched is not None else None  # after the fillers: see batch_metrics.py
     trainer._eval_peak_device_bytes = buffer.peak_device_bytes
     preds, labels = buffer.concatenated()
 
     sizes = dataloader.sizes if interleaved else None
-    gathered = ctx.all_gather_object((loss_sum, count, preds, labels, sizes))
+    gathered = ctx.all_gather_object((loss_sum, count, preds, labels, sizes, weight))
     losses = [g[0] for g in gathered if g[0] is not None]
     num_samples = sum(g[1] for g in gathered)
+    loss_weight = sum(g[5] for g in gathered)
     if interleaved:  # rank r holds batches r, r + world, ...: back to dataset order
         all_preds = interleave([g[2] for g in gathered], [g[4] for g in gathered], concat_padded)
         all_labels = interleave([g[3] for g in gathered], [g[4] for g in gathered], concat_padded)
@@ -143,15 +162,19 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
 
     metrics = {}
     if ctx.is_main:
-        if trainer.compute_metrics is not None and all_preds is not None and all_labels is not None:
+        if batch_metrics is not None:
+            metrics = batch_metrics
+        elif trainer.compute_metrics is not None and all_preds is not None and all_labels is not None:
             metrics = dict(trainer.compute_metrics(EvalPrediction(predictions=all_preds, label_ids=all_labels)))
         metrics = {k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}": _plain(v)
                    for k, v in metrics.items()}
-        if num_samples and losses:
-            metrics[f"{metric_key_prefix}_loss"] = sum(losses) / num_samples
+        if losses:  # NaN when every batch's loss was NaN/Inf (left out by logging_nan_inf_filter)
+            metrics[f"{metric_key_prefix}_loss"] = sum(losses) / loss_weight if loss_weight else float("nan")
         runtime = time.time() - start
+        steps = math.ceil(num_samples / (args.per_device_eval_batch_size * ctx.world_size))
         metrics[f"{metric_key_prefix}_runtime"] = round(runtime, 4)
         metrics[f"{metric_key_prefix}_samples_per_second"] = round(num_samples / max(runtime, 1e-9), 3)
+        metrics[f"{metric_key_prefix}_steps_per_second"] = round(steps / max(runtime, 1e-9), 3)
     metrics = ctx.broadcast_object(metrics)
     return PredictionOutput(predictions=all_preds, label_ids=all_labels, metrics=metrics)
 

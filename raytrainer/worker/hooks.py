@@ -7,6 +7,7 @@ on the worker's device), `self.model_wrapped` (DDP...), `self.ctx` (rank, world 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import torch
@@ -14,13 +15,16 @@ from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 
 from ..data.collator import DefaultCollator, pad_token_id_of
-from ..data.columns import (ColumnFilter, accepts_argument, accepts_loss_kwargs, count_label_items,
-                            default_label_names, extract_logits, extract_loss, forward_signature)
+from ..data.columns import (ColumnFilter, accepts_argument, accepts_loss_kwargs, default_label_names,
+                            extract_logits, extract_loss, forward_signature, label_items, loss_shifts_labels)
 from ..data.ray_batches import RayEvalLoader, RayTrainData
 from ..data.ray_data import RayDataRef
-from ..data.sampler import DistributedBatchSampler, eval_shard
+from ..data.loader_options import loader_options, main_input_name
+from ..data.sampler import DistributedBatchSampler, eval_shard, order_options
+from ..data.user_sampler import SamplerShards, evaluation_shard
 from ..optim import create_optimizer, create_scheduler
-from .losses import is_causal_lm, label_smoothed_loss
+from ..optimizers import fused_backward, is_fused_backward
+from .losses import label_smoothed_loss
 
 
 class WorkerHooks:
@@ -37,6 +41,9 @@ class WorkerHooks:
     # Set by training_step, read by the loop's loss meter: whether the returned loss is this rank's share of
     # the global batch's loss (summed over ranks) rather than a per-rank value (averaged over ranks).
     _step_loss_is_global: bool = False
+    # The training loop running in this process while it runs (worker/loop.py sets and clears it): `log` and
+    # `evaluate`, called by the loop or by a subclass's override, then act inside the run.
+    _loop = None
 
     # ------------------------------------------------------------------ data
     @property
@@ -53,32 +60,79 @@ class WorkerHooks:
         names, var_kw = forward_signature(self._unwrapped_model())
         return collator if var_kw else ColumnFilter(collator, names + self.label_names)
 
+    # transformers' data hooks, with its signatures: the subclassing guide's recipes call them as they are,
+    # e.g. `self._get_dataloader(dataset=self.train_dataset, description="Training",
+    # batch_size=self._train_batch_size, sampler_fn=self._get_train_sampler, is_training=True)`.
+    @property
+    def _train_batch_size(self) -> int:
+        """The per-process (here: per-worker) training batch size; auto_find_batch_size may set another."""
+        return self.__dict__.get("_train_batch_size_set") or self.args.per_device_train_batch_size
+
+    @_train_batch_size.setter
+    def _train_batch_size(self, value: int):
+        self.__dict__["_train_batch_size_set"] = value
+
     def get_train_dataloader(self) -> DataLoader:
-        ctx, args = self.ctx, self.args
-        if isinstance(self.train_dataset, RayDataRef):  # a ray.data.Dataset: this rank's streaming shard
-            return RayTrainData(self.train_dataset, args.per_device_train_batch_size, self._collator(), ctx,
-                                drop_last=args.dataloader_drop_last)
-        sampler = DistributedBatchSampler(len(self.train_dataset), args.per_device_train_batch_size,
-                                          rank=ctx.rank, world_size=ctx.world_size, seed=args.train_data_seed,
-                                          shuffle=True, drop_last=args.dataloader_drop_last)
-        return DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self._collator(),
-                          num_workers=args.dataloader_num_workers, pin_memory=ctx.device.type == "cuda")
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        return self._get_dataloader(dataset=self.train_dataset, description="Training",
+                                    batch_size=self._train_batch_size, sampler_fn=self._get_train_sampler,
+                                    is_training=True)
 
     def get_eval_dataloader(self, eval_dataset=None) -> DataLoader:
-        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        return self._ordered_dataloader(dataset)
+        """transformers' semantics: None is `self.eval_dataset`, a str names one of a dict of eval datasets."""
+        if eval_dataset is None and self.eval_dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        dataset = (self.eval_dataset[eval_dataset] if isinstance(eval_dataset, str)
+                   else self.eval_dataset if eval_dataset is None else eval_dataset)
+        return self._get_dataloader(dataset=dataset, description="Evaluation",
+                                    batch_size=self.args.per_device_eval_batch_size, sampler_fn=self._get_eval_sampler,
+                                    dataloader_key=eval_dataset if isinstance(eval_dataset, str) else "eval")
 
     def get_test_dataloader(self, test_dataset) -> DataLoader:
-        return self._ordered_dataloader(test_dataset)
+        return self._get_dataloader(dataset=test_dataset, description="test",
+                                    batch_size=self.args.per_device_eval_batch_size, sampler_fn=self._get_eval_sampler)
 
-    def _ordered_dataloader(self, dataset) -> DataLoader:
-        if isinstance(dataset, RayDataRef):  # every rank reads the stream, keeps every world-size-th batch
-            return RayEvalLoader(dataset, self.args.per_device_eval_batch_size, self._collator(),
-                                 self.ctx.rank, self.ctx.world_size)
-        # Contiguous shard per rank: gathering in rank order restores the dataset order exactly.
-        shard = torch.utils.data.Subset(dataset, eval_shard(len(dataset), self.ctx.rank, self.ctx.world_size))
-        return DataLoader(shard, batch_size=self.args.per_device_eval_batch_size, shuffle=False,
-                          collate_fn=self._collator(), num_workers=self.args.dataloader_num_workers)
+    def _get_train_sampler(self, train_dataset=None):
+        """This rank's batches of one seeded order over all ranks, by train_sampling_strategy (data/sampler.py):
+        resumable at a global sample offset, at any world size. An override may return any torch Sampler
+        (a WeightedRandomSampler...): every rank then draws its order alike and takes its share
+        (data/user_sampler.py)."""
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        ctx, args = self.ctx, self.args
+        order = order_options(args, dataset, main_input_name(self.model, self.processing_class),
+                              ctx.world_size)  # train_sampling_strategy: random, sequential, group_by_length
+        return DistributedBatchSampler(len(dataset), self._train_batch_size, rank=ctx.rank,
+                                       world_size=ctx.world_size, seed=args.train_data_seed,
+                                       drop_last=args.dataloader_drop_last, **order)
+
+    def _get_eval_sampler(self, eval_dataset):
+        """None: each rank takes a contiguous slice, so gathering in rank order gives the dataset's order. An
+        override's Sampler sets that order instead."""
+        return None
+
+    def _get_dataloader(self, dataset, description: str, batch_size: int, sampler_fn=None, is_training: bool = False,
+                        dataloader_key: Optional[str] = None) -> DataLoader:
+        """transformers' helper: a DataLoader of this rank's share of `dataset` (`description` and
+        `dataloader_key` are accepted for its signature)."""
+        ctx, args, collate = self.ctx, self.args, self._collator()
+        if isinstance(dataset, RayDataRef):  # a ray.data.Dataset: this rank's streaming shard
+            if is_training:
+                return RayTrainData(dataset, batch_size, collate, ctx, drop_last=args.dataloader_drop_last)
+            return RayEvalLoader(dataset, batch_size, collate, ctx.rank, ctx.world_size)  # every world-size-th batch
+        options = loader_options(args, ctx.device)
+        sampler = sampler_fn(dataset) if sampler_fn is not None else None
+        if isinstance(sampler, DistributedBatchSampler):  # ours: already this rank's batches
+            sampler.batch_size = batch_size
+            return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, **options)
+        seed = args.train_data_seed if is_training else args.seed
+        if is_training:  # a user's Sampler, or none (the dataset's order): sharded as ours is
+            sampler = sampler if sampler is not None else torch.utils.data.SequentialSampler(dataset)
+            batches = SamplerShards(sampler, batch_size, ctx.rank, ctx.world_size, seed, args.dataloader_drop_last)
+            return DataLoader(dataset, batch_sampler=batches, collate_fn=collate, **options)
+        shard = (torch.utils.data.Subset(dataset, eval_shard(len(dataset), ctx.rank, ctx.world_size))
+                 if sampler is None else evaluation_shard(sampler, dataset, ctx.rank, ctx.world_size, seed))
+        return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, **options)
 
     def _place_auxiliary_modules(self):
         """Modules a subclass keeps besides the model (a frozen reference model for a DPO-style loss, ...) go to
@@ -86,6 +140,17 @@ class WorkerHooks:
         for name, value in vars(self).items():
             if isinstance(value, torch.nn.Module) and name not in ("model", "model_wrapped"):
                 value.to(self.ctx.device).eval().requires_grad_(False)
+
+    # ------------------------------------------------------------------ records
+    def log(self, logs: dict, start_time: Optional[float] = None):
+        """HF's `log`: the record joins log_history and goes to on_log. The loop logs every record through it
+        (training logs, evaluation metrics, the final metrics), on every rank, so an override that adds keys
+        and calls `super().log(logs)` sees them all. Called on the driver, outside a run, the record goes to
+        the driver's callbacks and log_history."""
+        if self._loop is not None:
+            self._loop.record_log(logs)
+        else:
+            self.callback_handler.handle({"kind": "log", "logs": {**logs, "step": self.state.global_step}})
 
     # ------------------------------------------------------------------ optimisation
     def create_optimizer(self):
@@ -118,22 +183,22 @@ class WorkerHooks:
         inputs = dict(inputs)
         smoothing = self.args.label_smoothing_factor if self.compute_loss_func is None else 0.0
         labels = inputs.pop("labels", None) if self.compute_loss_func is not None or smoothing else None
-        rescale_items = None
+        own_items = None
         if num_items_in_batch is not None and self.compute_loss_func is None and not smoothing:
             if self.model_accepts_loss_kwargs:
                 inputs["num_items_in_batch"] = num_items_in_batch
             else:  # the model returns a mean over its own label items: turn it into a share of the global sum
-                rescale_items = count_label_items(inputs, self.label_names)
+                own_items = label_items(inputs, self.label_names, shift=loss_shifts_labels(self.model))
         outputs = model(**inputs)
         if self.compute_loss_func is not None:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         elif labels is not None:  # label smoothing: our loss from the logits, as HF's LabelSmoother
             loss = label_smoothed_loss(extract_logits(outputs), labels, smoothing, num_items_in_batch,
-                                       shift_labels=is_causal_lm(self.model))
+                                       shift_labels=loss_shifts_labels(self.model))
         else:
             loss = extract_loss(outputs, inputs.keys())
-            if rescale_items is not None and rescale_items != num_items_in_batch:
-                loss = loss * (rescale_items / num_items_in_batch)
+            if own_items is not None:  # a tensor on the device: no host sync per micro-batch
+                loss = loss * (own_items.to(loss.device, loss.dtype) / num_items_in_batch)
         self._loss_scaled_by_items = num_items_in_batch is not None
         return (loss, outputs) if return_outputs else loss
 
@@ -153,6 +218,18 @@ class WorkerHooks:
             return bool(self.loss_is_scaled_for_ga)
         return self._loss_scaled_by_items
 
+    def floating_point_ops(self, inputs: dict) -> int:
+        """transformers' estimate of one micro-batch's forward and backward FLOPs: 6 x input elements x
+        non-embedding parameters, for models that count their parameters (0 otherwise). Overridable."""
+        model = self.model
+        main_input = getattr(model, "main_input_name", "input_ids")
+        if main_input not in inputs or not hasattr(model, "num_parameters"):
+            return 0
+        cached = getattr(self, "_flops_params", None)
+        if cached is None or cached[0] != id(model):  # counted once per model (an id: no reference to ship)
+            cached = self._flops_params = (id(model), model.num_parameters(exclude_embeddings=True))
+        return 6 * inputs[main_input].numel() * cached[1]
+
     def compute_loss_context_manager(self):
         """HF's name: the context of the forward and loss (autocast under bf16/fp16)."""
         return self.strategy.autocast()
@@ -161,17 +238,25 @@ class WorkerHooks:
         """Forward and backward of one micro-batch; returns the detached loss (its share of the step's loss)."""
         model.train()
         inputs = self._prepare_inputs(inputs)
-        with self.compute_loss_context_manager():
-            loss = self._call_compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
-        scaled = self._loss_is_scaled()
-        # A per-micro-batch mean is averaged over the accumulated micro-steps; a filler batch weighs zero.
-        share = self._loss_weight / (1 if scaled else self._accumulation_steps_now)
-        # DDP/FSDP average gradients over ranks: a loss normalised by the global item count must be summed, so
-        # it is multiplied by the world size; a per-rank mean is averaged, as DDP does.
-        self._step_loss_is_global = (scaled and num_items_in_batch is not None
-                                     and self.args.average_tokens_across_devices)
-        scale = share * (self.ctx.world_size if self._step_loss_is_global else 1)
-        self.strategy.backward(loss * scale if scale != 1 else loss)
+        # LOMO/AdaLomo update each parameter inside backward and average its gradient over ranks themselves:
+        # DDP must not all-reduce (it would write averaged gradients back, applied a second time).
+        fused = is_fused_backward(self.optimizer)
+        with self.strategy.no_sync(model) if fused else contextlib.nullcontext():
+            with self.compute_loss_context_manager():
+                loss = self._call_compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            scaled = self._loss_is_scaled()
+            # A per-micro-batch mean is averaged over the accumulated micro-steps; a filler batch weighs zero.
+            share = self._loss_weight / (1 if scaled else self._accumulation_steps_now)
+            # DDP/FSDP average gradients over ranks: a loss normalised by the global item count must be summed,
+            # so it is multiplied by the world size; a per-rank mean is averaged, as DDP does.
+            self._step_loss_is_global = (scaled and num_items_in_batch is not None
+                                         and self.args.average_tokens_across_devices)
+            scale = share * (self.ctx.world_size if self._step_loss_is_global else 1)
+            scaled_loss = loss * scale if scale != 1 else loss
+            if fused:
+                fused_backward(self.optimizer, scaled_loss)
+            else:
+                self.strategy.backward(scaled_loss)
         return loss.detach() * share if share != 1 else loss.detach()
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):

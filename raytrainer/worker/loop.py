@@ -23,20 +23,20 @@ control flags combined over ranks in `worker/events.py`), so every rank takes it
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 from dataclasses import dataclass
 from itertools import islice
 from typing import Optional
 
-import numpy as np
 import torch
 
 from ..checkpoint.manager import CheckpointManager
-from ..data.columns import count_label_items
+from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.global_batch import global_batch_size
+from ..data.loader_options import main_input_name
 from ..optim import optimizer_eval_mode, optimizer_train_mode
+from ..optimizers import apply_liger_kernel
 from ..scaling import accumulation_at
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
@@ -44,14 +44,10 @@ from .evaluation import evaluation_loop
 from .events import LoopEvents
 from .meter import Meter
 from .neftune import neftune
+from .nonfinite import NonFiniteGuard
+from .process_options import empty_cache_if_due, input_tokens, setup_process
 from .stopping import StopSignals
 from .train_data import train_data
-
-
-def set_seed(seed: int):
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -88,12 +84,14 @@ class TrainLoop:
         self.events = events
         self.run_id = run_id
         self.resume_from = resume_from
+        self._log_extra, self._log_control = {}, None  # what the next on_log carries; what it decided
 
     # ------------------------------------------------------------------ set-up
     def _setup(self):
         trainer, args, ctx = self.trainer, self.args, self.ctx
-        set_seed(args.seed)
+        setup_process(args, ctx.device)  # seed or full_determinism, tf32
         model = trainer.model_init() if trainer.model_init is not None else trainer.model
+        model = apply_liger_kernel(model, args)  # a no-op unless use_liger_kernel
         trainer.strategy = make_strategy(args, ctx)
         trainer.model_wrapped = trainer.strategy.setup(model)
         trainer.model = trainer.strategy.unwrap(trainer.model_wrapped)
@@ -152,9 +150,16 @@ class TrainLoop:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Optional[dict]:
+        self.trainer._loop = self  # `log` and `evaluate` act inside this run (worker/hooks.py)
+        try:
+            return self._run()
+        finally:
+            self.trainer._loop = None
+
+    def _run(self) -> Optional[dict]:
         self._setup()
         trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
-        self.meter = Meter(ctx.device)
+        self.meter = Meter(ctx.device, self.args.logging_nan_inf_filter)
         start_time, start_step = time.time(), state.global_step
         trainer.optimizer.zero_grad(set_to_none=True)
         self._optimizer_mode("train")
@@ -180,6 +185,8 @@ class TrainLoop:
         batches = self.data.batches(epoch, offset)
         accumulation = args.gradient_accumulation_steps
         micro_done = 0
+        if not hasattr(self, "nonfinite"):  # NaN/Inf losses: on_nonfinite_loss (worker/nonfinite.py)
+            self.nonfinite = NonFiniteGuard(args.on_nonfinite_loss, self.ctx)
         control = self.events.fire("epoch_begin")
         while not (control.should_epoch_stop or control.should_training_stop):
             waited = time.perf_counter()
@@ -198,21 +205,27 @@ class TrainLoop:
                 # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
                 # per-rank mean (DDP averages the gradients), so average them.
                 share = loss if trainer._step_loss_is_global else loss / self.ctx.world_size
-                self.meter.add_micro(share, batch, trainer._loss_weight)
+                self.meter.add_micro(share, batch, trainer._loss_weight, trainer.floating_point_ops(batch))
+                self.nonfinite.add(share)
                 if not last:
                     self.events.fire("substep_end")
             micro_done += len(group)
-            grad_norm = self._optimizer_step()
+            skip = self.nonfinite.end_step(state.global_step + 1)
+            grad_norm, learning_rate = self.nonfinite.skip(trainer) if skip else self._optimizer_step()
             state.global_step += 1
+            state.num_input_tokens_seen += self._input_tokens(group)  # include_num_input_tokens_seen
+            empty_cache_if_due(args, state.global_step, self.ctx.device)  # torch_empty_cache_steps
             state.samples_seen_in_epoch = self.data.offset_after(offset, micro_done)
             state.epoch = epoch + self.data.fraction(state.samples_seen_in_epoch)
-            self.meter.step_done(grad_norm, data_wait=started - waited, busy=time.perf_counter() - started)
+            self.meter.step_done(grad_norm, learning_rate, data_wait=started - waited,
+                                 busy=time.perf_counter() - started)
             control = self.events.fire("step_end")
             if self.stops.check():  # a preemption or Ctrl-C: every rank saves at this step and stops
                 control.should_save = control.should_training_stop = True
             control = self._maybe_log_evaluate_save(state, control)
             if state.global_step >= state.max_steps:
                 control.should_training_stop = True
+        self.nonfinite.report()  # a NaN/Inf loss this epoch is named (warn: not checked per step)
         # The epoch's data ran out (also when that was the last step), or a callback ended the epoch.
         exhausted = self.data.exhausted(state.samples_seen_in_epoch) or control.should_epoch_stop
         if exhausted:
@@ -223,9 +236,21 @@ class TrainLoop:
             control = self._at_epoch_end(state, control)
         return control
 
+    def _input_tokens(self, group) -> int:
+        """include_num_input_tokens_seen: the step's input tokens over all ranks (filler batches excluded)."""
+        mode = self.args.include_num_input_tokens_seen
+        if mode == "no":
+            return 0
+        trainer = self.trainer
+        main_input = main_input_name(trainer.model, trainer.processing_class)
+        pad = getattr(trainer.processing_class, "pad_token_id", None)
+        mine = sum(input_tokens(batch, mode, main_input, pad) for batch, filler in group if not filler)
+        return int(self.ctx.all_reduce_sum(torch.tensor(mine, dtype=torch.int64, device=self.ctx.device)).item())
+
     def _num_items(self, group) -> Optional[int]:
         """Label items in the whole global batch: all micro-batches of the group, summed over ranks."""
-        counts = [count_label_items(b, self.trainer.label_names) for b, _ in group]
+        shift = loss_shifts_labels(self.trainer.model)  # a causal LM's first label of a row is no target
+        counts = [count_label_items(b, self.trainer.label_names, shift) for b, _ in group]
         if any(c is None for c in counts):
             return None
         weights = [0 if filler else 1 for _, filler in group]
@@ -234,7 +259,8 @@ class TrainLoop:
             total = int(self.ctx.all_reduce_sum(torch.tensor(float(total), device=self.ctx.device)).item())
         return max(total, 1)
 
-    def _optimizer_step(self) -> Optional[float]:
+    def _optimizer_step(self) -> tuple:
+        """Clip, step, schedule: (grad_norm, the learning rate this step used), as transformers logs them."""
         trainer, args = self.trainer, self.args
         grad_norm = None
         if args.max_grad_norm > 0:
@@ -242,9 +268,10 @@ class TrainLoop:
         self.events.fire("pre_optimizer_step")
         trainer.strategy.optimizer_step(trainer.optimizer)
         self.events.fire("optimizer_step")
+        learning_rate = trainer.lr_scheduler.get_last_lr()[0]
         trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
-        return grad_norm
+        return grad_norm, learning_rate
 
     def _optimizer_mode(self, mode: str):
         """Schedule-free optimizers keep train and eval weights: evaluate and save with the eval ones (as HF)."""
@@ -284,22 +311,35 @@ class TrainLoop:
         return control
 
     def _save(self, state: TrainerState):
+        if hasattr(self, "nonfinite"):
+            self.nonfinite.report(saving_step=state.global_step)  # never commit after a NaN/Inf loss silently
         self._optimizer_mode("eval")
         self.checkpoints.save(state)
         self._optimizer_mode("train")
 
     def _log(self, state: TrainerState) -> TrainerControl:
-        out = self.meter.flush(self.ctx, self.trainer.lr_scheduler.get_last_lr()[0])
-        if not out:
+        out = self.meter.flush(self.ctx)
+        state.total_flos += out.get("flos", 0.0)
+        if "logs" not in out:
             return self.events.control
-        logs = {**out["logs"], "epoch": round(state.epoch, 4), "step": state.global_step}
+        logs = {**out["logs"], "epoch": round(state.epoch, 4)}
         return self._record(state, logs, rank_stats=out["rank_stats"])
 
     def _record(self, state: TrainerState, logs: dict, **extra) -> TrainerControl:
-        """HF's `log`: the record joins log_history (rank 0 keeps the history) and goes to on_log."""
+        """A record for log_history and on_log, through the trainer's (overridable) `log`."""
+        self._log_extra, self._log_control = extra, self.events.control
+        self.trainer.log(logs)
+        return self._log_control
+
+    def record_log(self, logs: dict):
+        """HF's `log` inside the run: rank 0 keeps the history, every rank fires on_log (decisions agree)."""
+        if self.args.include_num_input_tokens_seen != "no":  # transformers' log adds it to every record
+            logs = {**logs, "num_input_tokens_seen": self.trainer.state.num_input_tokens_seen}
+        logs = {**logs, "step": self.trainer.state.global_step}
         if self.ctx.is_main:
-            state.log_history.append(logs)
-        return self.events.fire("log", logs=logs, **extra)
+            self.trainer.state.log_history.append(logs)
+        self._log_control = self.events.fire("log", logs=logs, **self._log_extra)
+        self._log_extra = {}
 
     def _evaluate(self, state: TrainerState) -> TrainerControl:
         trainer = self.trainer
@@ -308,14 +348,21 @@ class TrainLoop:
         metrics = {}
         for name, dataset in datasets.items():
             prefix = "eval" if name is None else f"eval_{name}"
-            output = evaluation_loop(trainer, trainer.get_eval_dataloader(dataset), metric_key_prefix=prefix,
-                                     on_step=self.events.emit)
-            metrics.update(output.metrics)
+            # Through the trainer's `evaluate`, as HF: a subclass's override runs for these evaluations too.
+            metrics.update(trainer.evaluate(dataset, metric_key_prefix=prefix))
         self._optimizer_mode("train")
-        metrics.update(epoch=round(state.epoch, 4), step=state.global_step)
+        metrics.update(epoch=round(state.epoch, 4))
         self._update_best(state, metrics)
         self._record(state, metrics)  # as in HF, evaluation metrics are logged, then on_evaluate
-        return self.events.fire("evaluate", metrics=metrics)
+        return self.events.fire("evaluate", metrics={**metrics, "step": state.global_step})
+
+    def evaluate_here(self, dataset, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        """`Trainer.evaluate` called inside the run (by the loop, or by the user's override): this group's
+        evaluation of `dataset`, its metrics returned; the loop logs them."""
+        dataset = self.trainer.eval_dataset if dataset is None else dataset
+        output = evaluation_loop(self.trainer, self.trainer.get_eval_dataloader(dataset), ignore_keys=ignore_keys,
+                                 metric_key_prefix=metric_key_prefix, on_step=self.events.emit)
+        return output.metrics
 
     def _update_best(self, state: TrainerState, metrics: dict):
         name = self.args.metric_for_best_model
@@ -337,14 +384,15 @@ class TrainLoop:
         if args.load_best_model_at_end and state.best_model_checkpoint:
             self.checkpoints.load_model(state.best_model_checkpoint)
         total = self.meter.totals(self.ctx)
+        state.total_flos += total["flos"]
         train_loss = total["loss_sum"] / max(total["steps"], 1)
         metrics = {
             "train_runtime": round(runtime, 4),
             "train_samples_per_second": round(total["samples"] / max(runtime, 1e-9), 3),
             "train_steps_per_second": round(steps_run / max(runtime, 1e-9), 3),
-            "train_loss": train_loss, "epoch": round(state.epoch, 4),
+            "total_flos": state.total_flos, "train_loss": train_loss, "epoch": round(state.epoch, 4),
         }
-        self._record(state, {**metrics, "step": state.global_step})
+        self._record(state, metrics)
         self.events.fire("train_end")
         # No copy here on the CPU: the driver copies it into its model (in-process), or entry.py puts it into
         # the object store (one copy, into shared memory).

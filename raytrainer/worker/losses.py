@@ -9,12 +9,6 @@ import torch
 from ..data.columns import IGNORE_INDEX
 
 
-def is_causal_lm(model) -> bool:
-    """Whether labels are the inputs themselves, shifted inside the model (HF causal LMs)."""
-    name = type(model).__name__
-    return name.endswith("ForCausalLM") or name.endswith("LMHeadModel")
-
-
 def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
                         num_items_in_batch: Optional[int] = None, shift_labels: bool = False) -> torch.Tensor:
     """(1 - epsilon) * NLL + epsilon * mean NLL over all classes, over label items that are not -100.

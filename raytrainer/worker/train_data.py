@@ -21,6 +21,8 @@ from __future__ import annotations
 from itertools import islice
 from typing import Iterator, Tuple
 
+import torch
+
 from ..data.ray_batches import RayTrainData
 from ..data.sampler import DistributedBatchSampler
 
@@ -35,7 +37,7 @@ class SamplerData:
 
     def batches(self, epoch: int, offset: int) -> Iterator[Tuple[dict, bool]]:
         self.sampler.set_epoch(epoch, offset)
-        for i, batch in enumerate(self.dataloader):
+        for i, batch in enumerate(_iterate(self.dataloader)):
             yield batch, self.sampler.is_padding(i)
 
     def offset_after(self, offset: int, micro_done: int) -> int:
@@ -57,7 +59,12 @@ class LoaderData:
         return self.length
 
     def batches(self, epoch: int, offset: int) -> Iterator[Tuple[dict, bool]]:
-        for batch in islice(iter(self.dataloader), offset, None):  # resume: skip the micro-batches seen
+        # Resume: skip the micro-batches seen, without the skipped collations drawing random numbers.
+        with torch.random.fork_rng(devices=[]):
+            batches = _iterate(self.dataloader)
+            for _ in islice(batches, offset):
+                pass
+        for batch in batches:
             yield batch, False
 
     def offset_after(self, offset: int, micro_done: int) -> int:
@@ -68,6 +75,15 @@ class LoaderData:
 
     def exhausted(self, offset: int) -> bool:
         return offset >= self.length
+
+
+def _iterate(dataloader) -> Iterator[dict]:
+    """The dataloader's iterator, made without touching torch's global random stream. A DataLoader draws its
+    workers' base seed from that stream when an iterator is made: at the start of an epoch in a run, but
+    after the checkpoint's streams were restored in a resumed one, which shifted every dropout mask after a
+    resume (principle 3: the streams a step uses must continue where the checkpoint left them)."""
+    with torch.random.fork_rng(devices=[]):
+        return iter(dataloader)
 
 
 def train_data(dataloader):
