@@ -10,11 +10,12 @@ from typing import Any, Optional
 import cloudpickle
 import torch
 
+from . import optimizers
 from .data.columns import LABEL_ALIASES, count_label_items, dataset_columns
 from .data.ray_data import check_train_length, is_ray_dataset, sample_rows
 from .errors import ConfigError
 
-DRIVER_ONLY = ("callback_handler", "_group", "_group_release")
+DRIVER_ONLY = ("callback_handler", "_group")
 
 
 def check_dataset(dataset: Any, name: str):
@@ -39,6 +40,15 @@ def check_inputs(trainer, training: bool):
         check_dataset(trainer.train_dataset, "train_dataset")
         if is_ray_dataset(trainer.train_dataset):
             check_train_length(trainer.train_dataset, args)
+    if training:
+        from .worker.nonfinite import POLICIES
+
+        if getattr(args, "on_nonfinite_loss", "warn") not in POLICIES:
+            raise ConfigError(f"on_nonfinite_loss={args.on_nonfinite_loss!r}: choose one of {', '.join(POLICIES)}.")
+    if args.batch_eval_metrics:  # transformers checks this at Trainer construction
+        from .worker.batch_metrics import check_compute_metrics
+
+        check_compute_metrics(trainer.compute_metrics)
     if args.eval_strategy != "no" and trainer.eval_dataset is None:
         raise ConfigError(f"eval_strategy={args.eval_strategy!r} needs an eval_dataset: pass "
                           "Trainer(eval_dataset=...) or set eval_strategy='no'.")
@@ -123,6 +133,7 @@ def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[st
     """Precision, compilation, FSDP wrapping and a resume at another world size: checked here, where we know
     whether the workers get GPUs (`use_gpu`: the cluster's GPUs, or CUDA in this process for num_workers=0)."""
     args = trainer.args
+    optimizers.check_run(trainer, use_gpu)  # 8-bit GaLore and Liger kernels need GPUs; GaLore's targets exist
     if args.fp16 and not use_gpu:
         raise ConfigError("fp16=True needs GPUs, but the workers run on CPU (use_gpu is off, the cluster has no "
                           "GPUs, or num_workers=0 without CUDA). Use bf16=True on CPU, or run on GPUs.")
@@ -130,9 +141,9 @@ def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[st
         raise ConfigError(f"bf16=True, but this machine's GPU ({torch.cuda.get_device_name()}) has no bf16 support: "
                           "use fp16=True instead.")
     if args.torch_compile:
-        import torch._dynamo
+        from torch import _dynamo  # not `import torch._dynamo`: that makes `torch` local to this function
 
-        backends = torch._dynamo.list_backends(exclude_tags=())
+        backends = _dynamo.list_backends(exclude_tags=())
         if args.torch_compile_backend not in backends:
             raise ConfigError(f"torch_compile_backend={args.torch_compile_backend!r} is not a torch.compile backend "
                               f"here; choose one of {', '.join(sorted(backends))}.")

@@ -11,24 +11,27 @@ import logging
 import os
 import sys
 import uuid
+import weakref
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
-from . import preflight
+from . import hub, launchers, preflight
 from .args import TrainingArguments
 from .callbacks.base import CallbackHandler, TrainerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
 from .callbacks.reporters import reporter_callbacks
+from .callbacks.stateful import restore_from_checkpoint
 from .checkpoint import storage
-from .checkpoint.listing import newest_committed
-from .checkpoint.manifest import is_committed
+from .checkpoint import lease, resume
 from .checkpoint.model_io import load_into, save_model_files
+from .checkpoint.upload import upload_dir
 from .coordinator import cluster, holders, launcher
 from .coordinator.group import Spec, WorkerGroup
 from .coordinator.launcher import TrainingError
 from .data import ray_data
 from .errors import ConfigError, StorageError
+from .model_card import ModelCardMixin
 from .results import ResultsMixin
 from .scaling import bounds
 from .state import PredictionOutput, TrainerState, TrainOutput
@@ -39,7 +42,7 @@ from .worker.hooks import WorkerHooks
 logger = logging.getLogger("raytrainer")
 
 
-class Trainer(ResultsMixin, WorkerHooks):
+class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,
                  eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,
@@ -47,6 +50,7 @@ class Trainer(ResultsMixin, WorkerHooks):
                  compute_loss_func: Optional[Callable] = None, compute_metrics: Optional[Callable] = None,
                  callbacks: Optional[list] = None, optimizers=(None, None),
                  preprocess_logits_for_metrics: Optional[Callable] = None):
+        launchers.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
         if model is None and model_init is None:
             raise ConfigError("Trainer needs a model: pass model=... or model_init=<a function returning one>.")
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -74,7 +78,7 @@ class Trainer(ResultsMixin, WorkerHooks):
         for callback in callbacks or []:
             self.add_callback(callback)
         self.callback_handler.context = {"model": model, "processing_class": processing_class}
-        self._group = self._group_release = None  # the worker group, once a call needs one (coordinator/group.py)
+        self._group = None  # the worker group of the last call, from the process's pool (coordinator/holders.py)
         self._created_at = _caller_site()
         self.callback_handler.handle({"kind": "init_end"})
 
@@ -95,7 +99,7 @@ class Trainer(ResultsMixin, WorkerHooks):
     # ------------------------------------------------------------------ pickling to the workers
     def __getstate__(self):
         state = self.__dict__.copy()
-        for name in preflight.DRIVER_ONLY:  # callbacks run on the driver, from the event stream
+        for name in preflight.DRIVER_ONLY + hub.DRIVER_ONLY:  # callbacks run on the driver, from the event stream
             state.pop(name, None)
         return state
 
@@ -104,13 +108,14 @@ class Trainer(ResultsMixin, WorkerHooks):
 
     # ------------------------------------------------------------------ the worker group's life
     def close(self):
-        """Release the worker group (its actors, GPUs and CPUs) now; a later call starts a new one. Also done
-        by `with Trainer(...) as trainer:`, after worker_idle_timeout_s without a call, when the Trainer is
-        garbage-collected, and at interpreter exit."""
+        """Release the worker group this Trainer used last (its actors, GPUs and CPUs) now, unless another
+        Trainer has used it since; a later call takes another idle group or starts a new one. Also done by
+        `with Trainer(...) as trainer:`. Without it, the group stays in the process's pool for the next call
+        of any Trainer, until worker_idle_timeout_s without a call or interpreter exit (coordinator/holders.py)."""
         if self._group is not None:
-            self._group_release.detach()
-            holders.release(self._group)
-            self._group = self._group_release = None
+            if holders.user_of(self._group) in (self, None):  # not when another Trainer took it since
+                holders.release(self._group)
+            self._group = None
 
     def __enter__(self) -> "Trainer":
         return self
@@ -125,6 +130,7 @@ class Trainer(ResultsMixin, WorkerHooks):
             raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
         args = self.args
         preflight.check_inputs(self, training=True)
+        hub.check_reachable(self)  # push_to_hub: the repository exists and we may write it, before any worker
         if self._reads_ray_data():  # the loss check below reads two rows of it (other inputs need no Ray yet)
             self._connect(*self._datasets())
         preflight.check_loss(self, self.train_dataset, "train_dataset")
@@ -132,11 +138,15 @@ class Trainer(ResultsMixin, WorkerHooks):
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
                                           else args.resume_from_checkpoint)
         preflight.check_strategy_and_precision(self, self._use_gpu(), resume_url)
+        if resume_url is not None and args.restore_callback_states_from_checkpoint:
+            restore_from_checkpoint(self.callback_handler, resume_url, args.storage_options)
         run_id = uuid.uuid4().hex[:12]
         job = {"kind": "train", "run_id": run_id, "resume_from": resume_url}
         self.state = TrainerState()
         self.callback_handler.state = self.state
-        result = self._run(job, receive=self._receive_trained_weights)
+        # One writer per output_dir: taken before any actor starts, released when the run ends (lease.py).
+        with lease.acquire(args.output_dir, run_id, args.storage_options), hub.checkpoint_pushes(self):
+            result = self._run(job, receive=self._receive_trained_weights)
         self.state = TrainerState.from_json_string(result["state"])
         self.callback_handler.state = self.state
         if result.get("stopped") == "interrupt":  # Ctrl-C: the run saved at a step boundary and ended
@@ -146,6 +156,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         return result["train_output"]
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        if self._loop is not None:  # inside a run on a worker: the loop's evaluation (an override's super())
+            return self._loop.evaluate_here(eval_dataset, ignore_keys, metric_key_prefix)
         dataset = self.eval_dataset if eval_dataset is None else eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval dataset: pass Trainer(eval_dataset=...) or "
@@ -172,19 +184,21 @@ class Trainer(ResultsMixin, WorkerHooks):
         self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
         return output
 
-    def save_model(self, output_dir: Optional[str] = None):
-        """Save the model (its save_pretrained format, else model.safetensors) to a local path or URL."""
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
+        """Save the model (its save_pretrained format, else model.safetensors) to a local path or URL. With
+        args.push_to_hub, output_dir then goes to the Hub, as in transformers (hub.py)."""
         output_dir = storage.absolute_if_local(output_dir or self.args.output_dir)
         model = self._driver_model()
         if storage.is_local(output_dir):
             self._save(storage.local_path(output_dir), model=model)
-            return
-        import tempfile
+        else:
+            import tempfile
 
-        with tempfile.TemporaryDirectory() as staging:
-            self._save(staging, model=model)
-            fs, path = storage.get_fs(output_dir, self.args.storage_options)
-            fs.put(staging.rstrip("/") + "/", path, recursive=True)
+            with tempfile.TemporaryDirectory() as staging:
+                self._save(staging, model=model)
+                upload_dir(staging, output_dir, self.args.storage_options)  # file by file: never creates a bucket
+        if getattr(self.args, "push_to_hub", False) and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=getattr(self.args, "hub_revision", None))
 
     def _save(self, output_dir: str, state_dict: Optional[dict] = None, model=None):
         """Write the model files into a local directory (HF's hook name; a subclass may add files)."""
@@ -214,6 +228,8 @@ class Trainer(ResultsMixin, WorkerHooks):
         args = self.args
         self._connect()
         if args.max_workers > 0:  # an elastic run starts once its minimum can be placed
+            if self._reads_ray_data():
+                cluster.leave_cpus_for_data(args, self._use_gpu())
             cluster.check_placeable(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
             if self._reads_ray_data():
                 cluster.check_cpus_left_for_data(args.max_workers, cluster.worker_resources(args, self._use_gpu()))
@@ -227,21 +243,9 @@ class Trainer(ResultsMixin, WorkerHooks):
         storage.check_writable(args.output_dir, args.storage_options)
 
     def _resolve_resume(self, requested: Union[str, bool, None]) -> Optional[str]:
-        """True: the newest committed checkpoint under output_dir; a path/URL: that one, if committed."""
-        if requested in (None, False):
-            return None
-        opts = self.args.storage_options
-        if requested is True:
-            url = newest_committed(self.args.output_dir, opts)
-            if url is None:
-                raise ConfigError(f"resume_from_checkpoint=True but {self.args.output_dir!r} holds no committed "
-                                  "checkpoint. Train without resuming, or point at a checkpoint.")
-            return url
-        url = storage.absolute_if_local(str(requested))
-        if not is_committed(url, opts):
-            raise ConfigError(f"resume_from_checkpoint={url!r} is not a committed checkpoint (missing, "
-                              "or its write never finished). `raytrainer checkpoints OUTPUT_DIR` lists them.")
-        return url
+        """True: the newest intact committed checkpoint under output_dir; a path/URL: that one, if committed and
+        intact (checked against its manifest's checksums: checkpoint/resume.py)."""
+        return resume.resolve(self.args.output_dir, requested, self.args.storage_options)
 
     def _run(self, job: dict, receive: Optional[Callable[[Any], Any]] = None) -> Any:
         """Run `job` on the workers (or here); `receive(result)` runs while the result's objects still exist."""
@@ -264,7 +268,12 @@ class Trainer(ResultsMixin, WorkerHooks):
             return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
         for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
             group = self._worker_group(job["kind"], datasets, use_gpu)
-            result = launcher.run_on_ray(group, packed, self.callback_handler, self.args.max_failures, receive)
+            group.busy = True  # no other call takes or releases it meanwhile (holders.py)
+            try:
+                result = launcher.run_on_ray(group, packed, self.callback_handler, self.args.max_failures,
+                                             receive, kind=job["kind"])
+            finally:
+                group.busy = False
             if result is not launcher.NOT_POSTED:
                 if job["kind"] == "train" and ray_data.TRAIN in datasets:
                     group.served_train_split = True
@@ -272,25 +281,30 @@ class Trainer(ResultsMixin, WorkerHooks):
         raise TrainingError("The worker group closed twice as a job was posted to it.")
 
     def _worker_group(self, kind: str, datasets: dict, use_gpu: bool) -> WorkerGroup:
-        """This Trainer's group if it can run the job, else a new one (the old one released, and why said)."""
+        """An idle group of the process's pool that can run the job (this Trainer's last one first, else any
+        Trainer's), else a new one: the idle groups that hold what it needs are released first."""
         args = self.args
         spec = Spec.of(args, use_gpu, datasets)
-        group = self._group
-        if group is not None and group.alive and group.reuses(spec, kind):
-            return group
-        if group is not None:
-            why = group.why_not_reused(spec)
-            expected = not group.alive and group.spec.worker_idle_timeout_s == 0  # asked for: one group per call
-            logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): %s.",
-                       kind, why)
-            self.close()
-        need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
-        if datasets:  # Ray Data's tasks need CPUs besides the workers': another group must not hold them
-            need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
-        holders.check_room(need, f"{kind}() with {args.num_workers} workers")
-        group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
-                            owner=f"the Trainer created at {self._created_at}")
-        self._group, self._group_release = group, holders.hold(self, group)
+        group = holders.take_idle(spec, kind, prefer=self._group)
+        if group is None:
+            if self._group is not None:
+                old = self._group
+                expected = not old.alive and old.spec.worker_idle_timeout_s == 0  # asked for: a group per call
+                logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): "
+                           "%s.", kind, old.why_not_reused(spec))
+                self.close()
+            need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
+            if datasets:  # Ray Data's tasks need CPUs besides the workers': an idle group must not hold them
+                need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
+            holders.check_room(need, f"{kind}() with {args.num_workers} workers")
+            group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
+                                owner=f"the Trainer created at {self._created_at}")
+            holders.hold(group)
+        elif group is not self._group:
+            logger.info("%s() runs on an idle worker group of this process (%s).", kind, group.owner)
+            group.owner = f"the Trainer created at {self._created_at}"
+        group.user = weakref.ref(self)
+        self._group = group
         return group
 
     def _driver_model(self) -> torch.nn.Module:

@@ -164,6 +164,22 @@ def test_in_process_and_bad_input(tmp_path):
     with pytest.raises(ConfigError, match="no 'labels' column"):
         make_trainer(tmp_path, "nolabels", unlabeled, max_steps=2).train()
 
-    # 4 workers of 1 CPU on the test Ray's 4 CPUs leave none for Ray Data's tasks: refused before any actor.
+    # 4 workers of 1 CPU (asked for) on the test Ray's 4 CPUs leave none for Ray Data's tasks: refused before
+    # any actor.
     with pytest.raises(ConfigError, match="leaves none for Ray Data's own tasks.*resources_per_worker"):
-        make_trainer(tmp_path, "nocpu", rows(), num_workers=4).train()
+        make_trainer(tmp_path, "nocpu", rows(), num_workers=4, resources_per_worker={"CPU": 1}).train()
+
+
+def test_on_a_ray_started_here_workers_that_would_hold_every_cpu_reserve_less_for_ray_data():
+    """The laptop case (as many workers as cores, on the Ray this process started: here the test session's 4
+    logical CPUs): each worker reserves a little less than a CPU, and the run is no longer refused."""
+    from raytrainer.coordinator import cluster
+
+    args = TrainingArguments(output_dir="unused", num_workers=4)
+    assert cluster.started_here()
+    cluster.leave_cpus_for_data(args, use_gpu=False)
+    assert args.resources_per_worker == {"CPU": 0.87}
+    cluster.check_cpus_left_for_data(4, cluster.worker_resources(args, False))  # no error now
+    asked = TrainingArguments(output_dir="unused", num_workers=4, resources_per_worker={"CPU": 1})
+    cluster.leave_cpus_for_data(asked, use_gpu=False)
+    assert asked.resources_per_worker == {"CPU": 1}  # the user's own reservation is kept (and refused above)

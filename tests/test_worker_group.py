@@ -152,16 +152,50 @@ def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable
     assert wait_until_no_actor_of_ours() == []
 
 
-def test_a_second_trainer_the_idle_timeout_and_changed_workers(tmp_path, caplog):
+def test_trainers_one_after_another_share_the_process_pool(tmp_path):
+    """A script's shape: Trainer A trained and kept, B with FSDP, a bf16 C, A's run again: one worker group
+    serves them all (no close()), and nothing of B's or C's jobs leaks into the next (A's rerun ends with A's
+    weights). B resumed at 1 worker needs another shape: a group of its own."""
+    def make(name, **extra):
+        return Trainer(model=make_model(), args=TrainingArguments(**options(tmp_path / name, **extra)),
+                       train_dataset=TokenData(32))
+
+    a = make("a")
+    a.train()
+    group = a._group
+    b = make("b", strategy="fsdp")
+    b.train()
+    c = make("c", bf16=True)
+    c.train()
+    again = make("again")
+    again.train()
+    assert a._group is group and b._group is group and c._group is group and again._group is group
+    assert_same_weights(weights(again.model), weights(a.model))
+
+    b.args.num_workers, b.args.max_steps = 1, 8
+    assert b.train(resume_from_checkpoint=True).global_step == 8
+    # Another shape: a new group. The idle one stays in the pool, since the new one fits beside it.
+    assert b._group is not group and group.alive
+    a.close()  # `again` used the group last: A's close() leaves it alone
+    assert group.alive
+    again.close()
+    b.close()
+    assert wait_until_no_actor_of_ours() == []
+
+
+def test_a_busy_group_refuses_the_next_call_and_the_idle_timeout(tmp_path, caplog):
     args = TrainingArguments(**options(tmp_path / "a", worker_idle_timeout_s=2))
     with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
         expected = trainer.evaluate()["eval_loss"]
-        # A second Trainer that needs the CPUs the first one holds (4 logical CPUs in the test Ray) is told
-        # who holds them and how to release them.
+        # Only a group running a job holds its resources against another call: here, marked busy as a call
+        # in another thread would be. The second Trainer is told who holds them and how to release them.
         second = Trainer(model=make_model(), args=TrainingArguments(**options(
             tmp_path / "b", resources_per_worker={"CPU": 2})), eval_dataset=FixedLength(4, seed=1))
-        with pytest.raises(ConfigError, match=r"hold: the Trainer created at .*test_worker_group.py:\d+.*close\(\)"):
+        trainer._group.busy = True
+        with pytest.raises(ConfigError, match=r"while they run a job: the Trainer created at "
+                                              r".*test_worker_group.py:\d+.*close\(\)"):
             second.evaluate()
+        trainer._group.busy = False
 
         assert wait_until_no_actor_of_ours() == []  # released after 2 s without a call
         with caplog.at_level(logging.WARNING, logger="raytrainer"):

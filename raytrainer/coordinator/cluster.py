@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from typing import Dict
@@ -104,6 +105,38 @@ def check_placeable(num_workers: Workers, per_worker: Dict[str, float]):
 DATA_CPU_HEADROOM = 0.5
 
 
+def started_here() -> bool:
+    """Whether this process started the Ray it is connected to (raytrainer's embedded Ray, or the one Ray Data
+    or `ray.init()` started in this script), rather than a cluster the user brought (RAY_ADDRESS, `ray start`,
+    `ray job submit`)."""
+    try:
+        from ray._private import worker  # Ray 2.60: the driver's node object; `head` only where it started one
+    except ImportError:
+        return False
+    return bool(getattr(worker._global_node, "head", False))
+
+
+def leave_cpus_for_data(args, use_gpu: bool):
+    """On a Ray this process started, a Ray Data run whose workers would hold every CPU (2 workers on a 2-core
+    laptop) reserves a little less than a CPU per worker, so that Ray Data's tasks get the rest. These are
+    logical CPUs: every worker still computes on its core. A cluster the user brought, or resources_per_worker
+    set by the user, is left as it is (check_cpus_left_for_data then names the fix)."""
+    import ray
+
+    if args.resources_per_worker or not started_here():
+        return
+    total, workers = ray.cluster_resources().get("CPU", 0), args.max_workers
+    if total - workers >= DATA_CPU_HEADROOM:
+        return
+    share = math.floor((total - DATA_CPU_HEADROOM) / workers * 100) / 100
+    if share <= 0:
+        return
+    args.resources_per_worker = {"CPU": share, **({"GPU": 1} if use_gpu else {})}
+    logging.getLogger("raytrainer").info(
+        "A ray.data.Dataset on the %g CPUs of this process's Ray: each of the %d workers reserves %g CPU, which "
+        "leaves %g for Ray Data's tasks.", total, workers, share, total - share * workers)
+
+
 def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float]):
     """A Ray Dataset's map_batches/read tasks run on CPUs the training workers do not hold: with none left
     they would wait forever. Fail now, naming the fix."""
@@ -123,3 +156,15 @@ def alive_node_count() -> int:
     import ray
 
     return sum(1 for n in ray.nodes() if n.get("Alive"))
+
+
+def workers_may_be_elsewhere() -> bool:
+    """Whether a worker may run on a machine that does not see the driver's files: the cluster has several
+    nodes, or this driver is a Ray Client (ray://) outside it."""
+    import ray
+
+    try:
+        client = ray.util.client.ray.is_connected()
+    except AttributeError:
+        client = False
+    return client or alive_node_count() > 1

@@ -41,6 +41,7 @@ class Spec:
     max_preemptions: int
     worker_idle_timeout_s: float
     ray_train_log_level: str
+    ddp_timeout: int = 1800  # seconds: the process group's collective timeout (transformers' ddp_timeout)
     datasets: tuple = field(default=())  # (name, id(dataset)) of the Ray Datasets it shards
 
     @classmethod
@@ -50,7 +51,7 @@ class Spec:
                    use_gpu=use_gpu,
                    elastic_resize_monitor_interval_s=args.elastic_resize_monitor_interval_s if args.elastic else None,
                    max_preemptions=args.max_preemptions, worker_idle_timeout_s=args.worker_idle_timeout_s,
-                   ray_train_log_level=train_logging_config(args).log_level,
+                   ray_train_log_level=train_logging_config(args).log_level, ddp_timeout=args.ddp_timeout,
                    datasets=tuple(sorted((name, id(ds)) for name, ds in datasets.items())))
 
     def changes_to(self, other: "Spec") -> list:
@@ -80,6 +81,8 @@ class WorkerGroup:
         self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
         self.served_train_split = False  # a streaming split is read once per group (see `reuses`)
         self.closing = False
+        self.busy = False  # a call's job is running on it: no other call takes or releases it (holders.py)
+        self.user = None  # a weak reference to the Trainer that used it last: its close() releases it
         # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
         # Each rank keeps a next_job call (and rank 0 a stop watch) in flight, so the concurrency grows with it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -87,7 +90,7 @@ class WorkerGroup:
         self.sink = ray.remote(num_cpus=0, max_concurrency=64 + 2 * most)(EventSink).options(
             scheduling_strategy=here).remote(args.worker_idle_timeout_s)
         # An elastic range goes to Ray Train as it is: it places between min and max workers at each start
-        # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (README: "Elastic").
+        # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (docs/fault-tolerance.md).
         scaling = dict(num_workers=tuple(args.num_workers), elastic_resize_monitor_interval_s=
                        args.elastic_resize_monitor_interval_s) if args.elastic else dict(num_workers=most)
         torch_trainer = TorchTrainer(
@@ -104,7 +107,7 @@ class WorkerGroup:
                                      [FreshClusterView(args.elastic_resize_monitor_interval_s)] if args.elastic
                                      else []),
                                  logging_config=train_logging_config(args)),
-            torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo"),
+            torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.ddp_timeout),
             **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
         )
         self.error: Optional[BaseException] = None
@@ -152,13 +155,16 @@ class WorkerGroup:
             return "the previous one was released (close(), or worker_idle_timeout_s without a call)"
         return "; ".join(self.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group"
 
-    def post(self, payload: bytes, data_ref, max_failures: int) -> Optional[Dict[str, Any]]:
-        """Post a job; None if the group closed meanwhile (its idle timeout ended)."""
+    def post(self, payload: bytes, data_ref, max_failures: int, code=None, kind: str = "the job"
+             ) -> Optional[Dict[str, Any]]:
+        """Post a job; None if the group closed meanwhile (its idle timeout ended). `code`: the driver's import
+        path and shipped modules (`code_paths.DriverCode`), installed by each worker before it reads the job;
+        `kind` names the job in a worker's error."""
         import ray
 
         job_id = uuid.uuid4().hex[:12]
-        posted = ray.get(self.sink.post_job.remote({"id": job_id, "payload": payload, "data": data_ref},
-                                                   max_failures))
+        spec = {"id": job_id, "payload": payload, "data": data_ref, "code": code, "kind": kind}
+        posted = ray.get(self.sink.post_job.remote(spec, max_failures))
         if not posted["posted"]:
             self.closing = True  # the board closed by itself: this group is on its way out
             return None

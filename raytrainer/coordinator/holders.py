@@ -1,19 +1,22 @@
-"""The worker groups this driver holds, so that a Trainer that cannot be placed is told which one holds its
-resources (and how to release it) instead of waiting for ever.
+"""The worker groups of this driver process: one pool that every Trainer draws from.
 
-A group whose Trainer was garbage-collected is released (`weakref.finalize`), without waiting. At interpreter
-exit every group is released and waited for, before Ray's own exit handler disconnects: a group's fit()
-thread still inside Ray while the interpreter tears Ray down crashed the driver (a segmentation fault after
-a `ray job submit` script had finished its work).
+A group belongs to the process, not to the Trainer that started it. A call takes an idle group whose shape
+fits (`WorkerGroup.reuses`), whichever Trainer started it: a script that builds Trainer after Trainer (a
+notebook, a hyperparameter loop, DDP then FSDP) pays one group start, not one per Trainer. A call that needs a
+new group first releases the idle groups that hold what it needs; only a group running a job (`busy`, another
+thread's call) makes it fail, naming that group's Trainer and `close()`.
+
+Groups go on `close()` of the Trainer that used one last, when leaving `with Trainer(...)`, after
+worker_idle_timeout_s without a job, and at interpreter exit: every group is released and waited for before
+Ray's own exit handler disconnects (a group's fit() thread still inside Ray while the interpreter tears Ray
+down crashed the driver: a segmentation fault after a `ray job submit` script had finished its work).
 """
 
 from __future__ import annotations
 
 import atexit
-import gc
 import time
-import weakref
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ..errors import ConfigError
 
@@ -21,22 +24,27 @@ _LIVE: Dict[int, "object"] = {}  # id(group) -> WorkerGroup, until released
 
 # How long a start waits for the resources of groups just released to show as available in Ray.
 RELEASE_WAIT_S = 10.0
+_EXIT_REGISTERED = False
 
 
-def hold(trainer, group) -> weakref.finalize:
-    """Register `group` as `trainer`'s; it is released when the trainer is collected or Python exits."""
+def hold(group):
+    """Put a new group into the pool; every group is released at exit."""
     global _EXIT_REGISTERED
     _LIVE[id(group)] = group
-    finalizer = weakref.finalize(trainer, release, group, False)
-    finalizer.atexit = False  # release_all below waits at exit; the finalizer would not
     if not _EXIT_REGISTERED:
         # Registered after ray.init's own handler (a group needs Ray), so it runs before it.
         atexit.register(release_all)
         _EXIT_REGISTERED = True
-    return finalizer
 
 
-_EXIT_REGISTERED = False
+def take_idle(spec, kind: str, prefer=None):
+    """An idle live group that can run a job of `kind` on `spec` (`prefer` first: the caller's last group);
+    None if there is none."""
+    candidates = ([prefer] if prefer is not None else []) + [g for g in _LIVE.values() if g is not prefer]
+    for group in candidates:
+        if id(group) in _LIVE and group.alive and not group.busy and group.reuses(spec, kind):
+            return group
+    return None
 
 
 def release(group, wait: bool = True):
@@ -46,7 +54,7 @@ def release(group, wait: bool = True):
 
 
 def release_all(wait: bool = True):
-    """Close every group this driver holds (the tests do, after each test)."""
+    """Close every group of this process (the tests do, after each test)."""
     for group in list(_LIVE.values()):
         if not group.thread_alive():
             _LIVE.pop(id(group), None)
@@ -54,18 +62,16 @@ def release_all(wait: bool = True):
 
 
 def check_room(need: Dict[str, float], asking: str):
-    """Before a group starts: if `need` (for its minimum of workers) is not available but groups this driver
-    holds take it, release those whose Trainer is gone and wait for them; if it still does not fit, fail
-    naming the holders and `close()`. A shortage nobody here holds is left to Ray (an autoscaler may add
-    nodes; Ray Train waits for them as before)."""
+    """Before a group starts: if `need` (for its minimum of workers) is not available, release the idle groups
+    of this process (they would be of another shape: one that fits is reused instead) and wait for their
+    resources; if a busy group still takes what is needed, fail naming its Trainer and `close()`. A shortage
+    nobody here holds is left to Ray (an autoscaler may add nodes; Ray Train waits for them as before)."""
     if _fits(need) or not _LIVE:
         return
-    gc.collect()  # a Trainer no longer referenced releases its group (its finalizer)
-    released = [group for group in _LIVE.values() if group.closing]
-    for group in released:
-        group.join(RELEASE_WAIT_S)
-        _LIVE.pop(id(group), None)
-    deadline = time.monotonic() + (RELEASE_WAIT_S if released else 0)
+    idle = [group for group in _LIVE.values() if not group.busy]
+    for group in idle:
+        release(group, wait=True)
+    deadline = time.monotonic() + (RELEASE_WAIT_S if idle else 0)
     while not _fits(need) and time.monotonic() < deadline:
         time.sleep(0.2)  # Ray shows released resources as available a moment after
     holders: List[str] = [g.owner for g in _LIVE.values() if not g.closing]
@@ -73,9 +79,14 @@ def check_room(need: Dict[str, float], asking: str):
         return
     wanted = ", ".join(f"{v:g} {k}" for k, v in sorted(need.items()))
     raise ConfigError(
-        f"{asking} needs {wanted}, which the cluster has but this process's other worker group(s) hold: "
-        f"{'; '.join(holders)}. Release them first with trainer.close() (or create the Trainer with "
-        "`with Trainer(...) as trainer:`); an idle group also goes by itself after worker_idle_timeout_s.")
+        f"{asking} needs {wanted}, which the cluster has but this process's other worker group(s) hold while "
+        f"they run a job: {'; '.join(holders)}. Wait for that call to return, or release its group first with "
+        "trainer.close() (or `with Trainer(...) as trainer:`).")
+
+
+def idle_groups() -> List[object]:
+    """The live groups not running a job (for tests and benchmarks)."""
+    return [g for g in _LIVE.values() if g.alive and not g.busy]
 
 
 def _fits(need: Dict[str, float]) -> bool:
@@ -83,3 +94,9 @@ def _fits(need: Dict[str, float]) -> bool:
 
     available = ray.available_resources()
     return all(available.get(name, 0.0) + 1e-9 >= amount for name, amount in need.items())
+
+
+def user_of(group) -> Optional[object]:
+    """The Trainer that used `group` last (a weak reference: the pool keeps no Trainer alive)."""
+    ref = getattr(group, "user", None)
+    return ref() if ref is not None else None
