@@ -80,11 +80,14 @@ def test_fsdp_checkpoint_of_1_worker_resumes_at_2_workers_locally(tmp_path, s3_r
     assert_same_weights(weights(resumed.model), s3_reference[0])
     assert _training_args(join(out, "checkpoint-6"), None)["gradient_accumulation_steps"] == 1
 
-    # A shard lost after the commit: the checkpoint no longer counts, and resuming from it is refused.
+    # A shard lost after the commit: the checkpoint is damaged (kept, never taken for partial), and resuming
+    # from it is refused naming the file.
     os.remove(os.path.join(out, "checkpoint-6", "optimizer_0", "__1_0.distcp"))
-    assert {c.step: c.committed for c in list_checkpoints(out)} == {3: True, 6: False}
-    with pytest.raises(ConfigError, match="not a committed checkpoint"):
+    listed = {c.step: (c.committed, c.damaged) for c in list_checkpoints(out)}
+    assert listed[3] == (True, None) and not listed[6][0] and "__1_0.distcp" in listed[6][1]
+    with pytest.raises(ConfigError, match=r"checkpoint-6 is damaged: optimizer_0/__1_0\.distcp: missing"):
         train_blocks(out, strategy="fsdp", resume=os.path.join(out, "checkpoint-6"), **COMMON)
+    assert os.path.isdir(os.path.join(out, "checkpoint-6"))
 
 
 def test_ddp_checkpoint_of_2_workers_resumes_in_one_process_with_a_log_line(tmp_path, s3_reference, caplog):

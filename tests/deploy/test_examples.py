@@ -20,13 +20,13 @@ def _losses(log_history):
 def test_sequence_classification_learns_beyond_chance(tmp_path):
     from examples.sequence_classification import main
 
-    out = main([*FAST, "--output_dir", str(tmp_path), "--max_steps", "80", "--eval_steps", "40",
-                "--save_steps", "40"])
+    out = main([*FAST, "--output_dir", str(tmp_path), "--max_steps", "120", "--eval_steps", "60",
+                "--save_steps", "60"])
     losses = _losses(out["log_history"])
     accuracy = [e["eval_accuracy"] for e in out["log_history"] if "eval_accuracy" in e]
     assert len(losses) >= 4 and losses[-1] < losses[0] * 0.9, losses
     assert len(accuracy) == 2 and accuracy[-1] > 0.5, accuracy  # 4 classes: chance is 0.25
-    assert [c.step for c in list_checkpoints(str(tmp_path)) if c.committed] == [40, 80]
+    assert [c.step for c in list_checkpoints(str(tmp_path)) if c.committed] == [60, 120]
 
 
 def test_custom_loss_is_the_class_weighted_cross_entropy():
