@@ -171,7 +171,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
             result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys})
             metrics.update(result["metrics"])
         # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
-        self.callback_handler.handle({"kind": "log", "logs": {**metrics, "step": self.state.global_step}})
+        self.log(metrics)  # on the driver: to its callbacks and log_history (an override of `log` sees it)
         self.callback_handler.handle({"kind": "evaluate", "metrics": metrics})
         return metrics
 

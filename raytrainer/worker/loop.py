@@ -160,6 +160,7 @@ class TrainLoop:
         self._setup()
         trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
         self.meter = Meter(ctx.device, self.args.logging_nan_inf_filter)
+        self.nonfinite = NonFiniteGuard(self.args.on_nonfinite_loss, ctx)  # on_nonfinite_loss (worker/nonfinite.py)
         start_time, start_step = time.time(), state.global_step
         trainer.optimizer.zero_grad(set_to_none=True)
         self._optimizer_mode("train")
@@ -185,8 +186,6 @@ class TrainLoop:
         batches = self.data.batches(epoch, offset)
         accumulation = args.gradient_accumulation_steps
         micro_done = 0
-        if not hasattr(self, "nonfinite"):  # NaN/Inf losses: on_nonfinite_loss (worker/nonfinite.py)
-            self.nonfinite = NonFiniteGuard(args.on_nonfinite_loss, self.ctx)
         control = self.events.fire("epoch_begin")
         while not (control.should_epoch_stop or control.should_training_stop):
             waited = time.perf_counter()
@@ -311,8 +310,7 @@ class TrainLoop:
         return control
 
     def _save(self, state: TrainerState):
-        if hasattr(self, "nonfinite"):
-            self.nonfinite.report(saving_step=state.global_step)  # never commit after a NaN/Inf loss silently
+        self.nonfinite.report(saving_step=state.global_step)  # never commit after a NaN/Inf loss silently
         self._optimizer_mode("eval")
         self.checkpoints.save(state)
         self._optimizer_mode("train")
