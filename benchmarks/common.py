@@ -87,7 +87,8 @@ class ContiguousShardSampler(torch.utils.data.Sampler):
     epoch's order, rank r takes its contiguous slice (a hand-written loop's usual choice)."""
 
     def __init__(self, num_samples: int, batch_size: int, rank: int, world_size: int, seed: int):
-        self.n, self.b, self.rank, self.world, self.seed, self.epoch = num_samples, batch_size, rank, world_size, seed, 0
+        self.n, self.b, self.rank, self.world = num_samples, batch_size, rank, world_size
+        self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int):
         self.epoch = epoch

@@ -38,8 +38,17 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import (MLP, ContiguousShardSampler, SyntheticDataset, linear_schedule, num_params,  # noqa: E402
-                    print_table, read_stamps, step_stats, write_stamps)
+from common import (  # noqa: E402
+    MLP,
+    ContiguousShardSampler,
+    SyntheticDataset,
+    linear_schedule,
+    num_params,
+    print_table,
+    read_stamps,
+    step_stats,
+    write_stamps,
+)
 
 TARGET = 1.05
 
@@ -366,7 +375,8 @@ def report(cfg: Config, variants, rounds, opts):
                        "in the worker / the spawned function runs) + worker set-up (-> first step)",
                        f"Ray itself (ray.init before the Ray variants, not in their start-up): {ray_init:.2f} s"
                        if ray_init is not None else "Ray was not started",
-                       "equal train loss in (a),(b),(g) and in (c),(d): same initial weights, same batches, same updates",
+                       "equal train loss in (a),(b),(g) and in (c),(d): same initial weights, same batches, same "
+                       "updates",
                        "load after: 1-minute load average after each round's run (2 cores; > ~2.5 means the run shared "
                        "the CPUs with something else)"])
     ratio_rows, summary = [], {}
@@ -387,7 +397,8 @@ def report(cfg: Config, variants, rounds, opts):
                 ["ratio", "median", "mean-based", "best/best", "target", "met", "per round"], ratio_rows,
                 notes=["median: of per-round ratios of median step times (the headline); mean-based includes periodic "
                        "work (logging, event flushes); best/best: fastest round of each side (least disturbed)",
-                       "(a)/(g): what raytrainer adds on top of Ray Train; (g)/(b): what Ray Train's worker group costs"])
+                       "(a)/(g): what raytrainer adds on top of Ray Train; (g)/(b): what Ray Train's worker group "
+                       "costs"])
     common.write_json(opts.json, {"benchmark": "overhead", "config": asdict(cfg),
                                   "variants": {v: VARIANTS[v][0] for v in variants}, "rounds": rounds,
                                   "summary": {"ratios": summary, "target": TARGET}, "machine": common.machine_info()})

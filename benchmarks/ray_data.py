@@ -25,9 +25,8 @@ import common
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from examples.ray_data_lm import ByteTokenizer, DataArguments, documents, pipeline  # noqa: E402
-
 import raytrainer  # noqa: E402
+from examples.ray_data_lm import ByteTokenizer, DataArguments, documents, pipeline  # noqa: E402
 
 
 class Blocks(torch.utils.data.Dataset):

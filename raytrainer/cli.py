@@ -78,7 +78,7 @@ def _is_storage_failure(exc: Exception) -> bool:
 def run_checkpoints(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `raytrainer --help` and other subcommands stay instant.
     from .checkpoint.listing import list_checkpoints
-    from .checkpoint.storage import describe_error
+    from .storage import describe_error
 
     options = _options(args.storage_option)
     try:

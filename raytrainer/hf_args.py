@@ -1,4 +1,4 @@
-"""The transformers fields that `TrainingArguments` gained for transformers' scripts (issue 15): their
+"""The transformers fields that `TrainingArguments` gained for transformers' scripts: their
 spellings brought to one form, then checked. Called from `TrainingArguments.__post_init__`.
 
 What each field means is hf_fields.py's table; this module only makes values consistent and turns

@@ -18,8 +18,8 @@ import os
 import tempfile
 from typing import Any, List, Optional
 
+from . import storage
 from .callbacks.base import TrainerCallback
-from .checkpoint import storage
 from .errors import ConfigError
 
 logger = logging.getLogger("raytrainer")

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from .checkpoint.storage import exists, join, read_text, write_text
+from .storage import exists, join, read_text, write_text
 
 CARD_NAME = "README.md"
 TAG = "generated_from_trainer"

@@ -12,13 +12,16 @@ import inspect
 import math
 import re
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from .args import TrainingArguments
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # for annotations only: TrainingArguments checks its optimizer with this module
+    from .args import TrainingArguments
 
 # HF's rule (Trainer.get_decay_parameter_names): no weight decay on biases and normalisation weights.
 NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm)

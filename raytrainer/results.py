@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from .checkpoint.listing import TRAINER_STATE_NAME
-from .checkpoint.storage import exists, join, read_text, write_text
+from .storage import exists, join, read_text, write_text
 
 
 class ResultsMixin:

@@ -4,6 +4,7 @@ loopback (moto server), and a guard that fails a test which leaks a torch proces
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch.distributed as dist
@@ -16,7 +17,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 # This Ray is one node: no node of it can be drained, so Ray Train's node-drain watcher (an actor started
 # for every run, about 1 s of the ~13 s a worker group takes to start here) has nothing to watch. Preemption by
-# SIGTERM does not use it; the multi-node tests (tests/cluster) run their drivers without this setting.
+# SIGTERM does not use it; the multi-node tests (tests/integration/cluster) run their drivers without this setting.
 SINGLE_NODE = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
@@ -25,25 +26,47 @@ def ray_session():
     """A local Ray with 4 logical CPUs: two 1-CPU workers plus headroom, on a 2-core machine."""
     import ray
 
-    from raytrainer.coordinator.cluster import connect
+    from raytrainer.coordinator.cluster import connect, own_state_api
 
     if not ray.is_initialized():
-        # address="local": always a new instance, never a cluster another test or script started here.
-        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
-                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **SINGLE_NODE}})
+        # address="local": always a new instance, never a cluster another test or script started here. With
+        # its own dashboard, named to its processes: Ray Train's placement-group cleaner asks a state API
+        # whether the controller lives, and would otherwise ask the `ray start` cluster of another test
+        # (coordinator/cluster.py, own_state_api).
+        port, state_api = own_state_api()
+        ray.init(address="local", num_cpus=4, dashboard_port=port, logging_level="WARNING",
+                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **SINGLE_NODE, **state_api}})
     connect()  # reuses the running instance
     yield ray
+    from raytrainer.coordinator import holders
+
+    holders.release_all(wait=True)  # before Ray goes: a group's fit() thread must not outlive it
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def worker_groups(request):
+    """Worker groups are shared between tests as a script's Trainers share them (coordinator/holders.py): a
+    test that needs "2 workers" takes the idle group an earlier test left, instead of paying a group start
+    (~10 s here). A test marked `fresh_workers` (it counts actors, kills workers, or times a group's life)
+    starts with no group of ours and leaves none. After any test, groups that no later test can take are
+    released: one that failed, and one that shards Ray Datasets only this test had."""
+    holders = sys.modules.get("raytrainer.coordinator.holders")  # not imported yet: no group exists
+    fresh = request.node.get_closest_marker("fresh_workers") is not None
+    if fresh and holders is not None:
+        holders.release_all(wait=True)
+    yield
+    holders = sys.modules.get("raytrainer.coordinator.holders")
+    for group in list(holders.live_groups() if holders is not None else []):
+        if group.closing and not fresh:
+            continue  # on its way out already
+        if fresh or group.busy or not group.alive or group.error is not None or group.spec.datasets:
+            holders.release(group, wait=fresh)  # without waiting: the release overlaps the next test
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_process_group():
     yield
-    # Each test's Trainers release their worker groups (a Trainer keeps one between calls): without waiting,
-    # so the release overlaps the next test; a group start waits for it if it needs the CPUs.
-    from raytrainer.coordinator import holders
-
-    holders.release_all(wait=False)
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         pytest.fail("the test left a torch.distributed process group initialised")

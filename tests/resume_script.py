@@ -33,7 +33,8 @@ def collator(random: bool = False):
 def training_args(output_dir, storage_options=None, num_workers=0, **extra):
     # per-device batch 8 on one process, 4 on two: the same global batches, so the same weights.
     return TrainingArguments(output_dir=output_dir, storage_options=storage_options, num_workers=num_workers,
-                             per_device_train_batch_size=8 // max(num_workers, 1), max_steps=STEPS, save_steps=SAVE_STEPS,
+                             per_device_train_batch_size=8 // max(num_workers, 1), max_steps=STEPS,
+                             save_steps=SAVE_STEPS,
                              learning_rate=1e-2, optim="adamw_torch", logging_steps=4, disable_tqdm=True,
                              seed=11, **extra)
 

@@ -8,7 +8,6 @@ reaches the same buckets through a plain endpoint URL. Re-export the fixtures fr
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+
+from tests.support import free_port
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -43,12 +44,6 @@ class S3Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _answers(url: str) -> bool:

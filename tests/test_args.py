@@ -80,6 +80,24 @@ def test_accepted_edge_values():
     TrainingArguments(save_strategy="best", metric_for_best_model="accuracy")
 
 
+def test_transformers_enums_are_accepted_as_their_strings():
+    """transformers takes its choices as enums or as their strings; here both become the string."""
+    pytest.importorskip("transformers")
+    from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    args = TrainingArguments(eval_strategy=IntervalStrategy.STEPS, save_strategy=SaveStrategy.EPOCH,
+                             logging_strategy=IntervalStrategy.EPOCH, lr_scheduler_type=SchedulerType.COSINE,
+                             optim=OptimizerNames.SGD, hub_strategy=HubStrategy.CHECKPOINT)
+    values = {name: getattr(args, name) for name in ("eval_strategy", "save_strategy", "logging_strategy",
+                                                       "lr_scheduler_type", "optim", "hub_strategy")}
+    assert values == {"eval_strategy": "steps", "save_strategy": "epoch", "logging_strategy": "epoch",
+                      "lr_scheduler_type": "cosine", "optim": "sgd", "hub_strategy": "checkpoint"}
+    assert all(type(value) is str for value in values.values())
+    with pytest.raises(ConfigError, match="optim='adamw_bnb_8bit' is not supported"):
+        TrainingArguments(optim=OptimizerNames.ADAMW_BNB)
+
+
 def test_derived_values_follow_hf():
     args = TrainingArguments(eval_strategy="steps", logging_steps=50)
     assert args.eval_steps == 50  # defaults to logging_steps

@@ -13,7 +13,8 @@ from urllib.parse import unquote
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import ROOT
+
 while not os.path.isfile(os.path.join(ROOT, "pyproject.toml")) and os.path.dirname(ROOT) != ROOT:
     ROOT = os.path.dirname(ROOT)  # the tests may move into sub-folders: find the repository root
 

@@ -19,6 +19,7 @@ from raytrainer.strategy.ddp import ddp_options
 from raytrainer.worker.batch_metrics import BatchMetrics
 from raytrainer.worker.meter import Meter
 from raytrainer.worker.process_options import empty_cache_if_due, setup_process
+from tests.hf_models import tiny_model
 from tests.models import TinyLM, TokenData, make_model
 
 
@@ -141,11 +142,10 @@ def test_torch_empty_cache_steps(monkeypatch):
 
 
 def test_use_cache_is_set_on_the_models_config():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from raytrainer.strategy.prepare import prepare
 
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=32, n_positions=8, n_embd=8,
-                                                                 n_layer=1, n_head=2))
+    model = tiny_model("gpt2", vocab_size=32, n_positions=8, n_embd=8, n_layer=1, n_head=2)
     assert model.config.use_cache is True
     prepare(model, TrainingArguments())
     assert model.config.use_cache is False  # transformers' default, as its Trainer sets it

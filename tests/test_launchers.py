@@ -11,6 +11,7 @@ import pytest
 
 from raytrainer.errors import ConfigError
 from raytrainer.launchers import check_not_launched
+from tests.support import ROOT
 
 SCRIPT = """
 import time
@@ -38,9 +39,8 @@ def _script(tmp_path) -> str:
 
 
 def _env(**extra) -> dict:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "RAY_ADDRESS")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)  # for tests.models
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)  # for tests.models
     return {**env, **extra}
 
 

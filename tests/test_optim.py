@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 import torch
-from transformers.optimization import Adafactor  # what optim="adafactor" means (transformers' Trainer)
 from torch import nn
+from transformers.optimization import Adafactor  # what optim="adafactor" means (transformers' Trainer)
 
 from raytrainer.args import OPTIMIZERS, SCHEDULERS, TrainingArguments
 from raytrainer.errors import ConfigError

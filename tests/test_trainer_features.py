@@ -7,9 +7,9 @@ import torch
 from raytrainer import ConfigError, Trainer, TrainingArguments
 from raytrainer.data.collator import DefaultCollator
 from raytrainer.data.sampler import DistributedBatchSampler
-from raytrainer.worker.context import WorkerContext
 from raytrainer.worker.evaluation import evaluation_loop
 from raytrainer.worker.losses import label_smoothed_loss
+from raytrainer.worker_context import WorkerContext
 from tests.models import TokenData, make_model
 
 

@@ -6,7 +6,6 @@ against a Hub API served on loopback by the test (an unreachable Hub fails befor
 
 import json
 import os
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,12 +15,13 @@ import torch
 import yaml
 
 from raytrainer import Trainer, TrainingArguments
-from raytrainer.checkpoint.storage import read_text
 from raytrainer.coordinator.launcher import TrainingError
 from raytrainer.data.user_sampler import draw
 from raytrainer.errors import ConfigError
-from raytrainer.worker.context import WorkerContext
+from raytrainer.storage import read_text
+from raytrainer.worker_context import WorkerContext
 from tests.models import TokenData, make_model
+from tests.support import free_port
 
 # Odd samples weigh nothing: a worker that trains on one did not use the override's sampler.
 WEIGHTS = [1.0 if i % 2 == 0 else 0.0 for i in range(40)]
@@ -186,9 +186,7 @@ def test_push_to_hub_pushes_committed_checkpoints_and_the_saved_model(tmp_path, 
 
 
 def test_an_unreachable_hub_fails_before_any_worker_starts(tmp_path, monkeypatch):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     args = TrainingArguments(output_dir=str(tmp_path / "run"), num_workers=2, max_steps=2, disable_tqdm=True,
                              push_to_hub=True)

@@ -17,9 +17,10 @@ import tempfile
 import time
 import warnings
 
-from ..checkpoint import storage
+from .. import storage
+from ..report_to import missing_package
 from .base import TrainerCallback
-from .reporters import missing_package, rank_metrics
+from .reporters import rank_metrics
 
 AXIS_KEYS = ("step",)  # the x axis, not a curve
 

@@ -17,10 +17,10 @@ from typing import Optional
 import torch
 
 from ..errors import ConfigError
+from ..storage import exists, is_local, join, local_path, read_bytes
 from .manifest import is_committed
 from .sharded import MODEL_DIR, _reader, is_sharded
 from .snapshot import MODEL_FILE
-from .storage import exists, is_local, join, local_path, read_bytes
 from .upload import upload_dir
 
 CONFIG_FILE = "config.json"

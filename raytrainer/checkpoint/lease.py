@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import StorageError
+from ..storage import get_fs, is_local, is_object_store, join, local_path
 from .retry import Retry, StorageFatalError, StorageLostError, bucket_lost
-from .storage import get_fs, is_local, is_object_store, join, local_path
 
 LEASE_NAME = ".raytrainer-lease.json"
 HEARTBEAT_S = 10.0
@@ -267,7 +267,8 @@ def acquire(output_dir: str, run_id: str, storage_options: Optional[dict] = None
                 "writing one output_dir would replace each other's checkpoints. Wait for it to finish, stop it, "
                 f"or choose another output_dir (a lease without a heartbeat for {stale_after_s():g} s is taken "
                 f"over; {STALE_ENV} changes that).")
-        if retry.call(lambda: store.replace(token, _record(run_id)), store.url, "taking over a stale lease"):
+        take_over = lambda token=token: store.replace(token, _record(run_id))  # noqa: E731 (binds this token)
+        if retry.call(take_over, store.url, "taking over a stale lease"):
             if "earlier run of this process" not in why:
                 _notice(f"took over output_dir {output_dir} from {describe(record)}: {why}")
             return _started(Lease(output_dir, run_id, storage_options), heartbeat)

@@ -12,12 +12,17 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import StorageError
+from ..storage import basename, get_fs, join, read_text
 from .manifest import delete, is_committed, list_files, read_manifest, size_problem
-from .storage import basename, get_fs, join, read_text
 
 CHECKPOINT_PREFIX = "checkpoint-"
 TRAINER_STATE_NAME = "trainer_state.json"
 _CHECKPOINT_NAME = re.compile(re.escape(CHECKPOINT_PREFIX) + r"(\d+)$")
+
+
+def checkpoint_name(step: int) -> str:
+    """The directory name of the checkpoint of global step `step` (HF's layout): `checkpoint-{step}`."""
+    return f"{CHECKPOINT_PREFIX}{step}"
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from .storage import get_fs, join, read_text, remove, write_text
+from ..storage import get_fs, join, read_text, remove, write_text
 
 MANIFEST_NAME = "COMMITTED"
 FORMAT = 2  # 2: a "checksums" map beside the sizes
@@ -41,7 +41,7 @@ def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
     """Write the manifest for a fully written checkpoint; returns it.
 
     `files` lets the writer pass what it wrote (no listing needed); otherwise the directory is listed.
-    `checksums` ({relative path: "crc32:..."}) are those the writer took as it wrote; every file should have one.
+    `checksums` ({relative path: "xxh3:..."}) are those the writer took as it wrote; every file should have one.
     Call only after every file is durably written (and, with several writers, after all of them finished).
     """
     if files is None:

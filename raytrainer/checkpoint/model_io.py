@@ -13,9 +13,9 @@ from typing import Dict, Optional
 import safetensors.torch
 import torch
 
+from ..storage import exists, join, read_bytes
 from .integrity import check_bytes, parsing
 from .snapshot import MODEL_FILE, MODEL_INDEX_FILE
-from .storage import exists, join, read_bytes
 
 
 def save_model_files(model, directory: str, state_dict: Optional[Dict[str, torch.Tensor]] = None):

@@ -6,9 +6,9 @@ counted against the limit either (`listing.remove_partial` cleans them up when n
 
 from __future__ import annotations
 
+from ..storage import basename
 from .listing import best_checkpoint_name, checkpoint_dirs
 from .manifest import delete, is_committed
-from .storage import basename
 
 
 def rotate(output_dir: str, save_total_limit: int | None, best_url: str | None = None,

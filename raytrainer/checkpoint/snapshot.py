@@ -1,8 +1,8 @@
 """What a checkpoint holds, captured in memory so it can be written while training goes on.
 
-`capture` is the only part that stalls training: it copies the state off the device (and clones CPU
-tensors, which the next optimizer step would otherwise change under the writer). Everything after it
-(serialisation, upload, commit) happens in the background (see writer.py).
+`to_host` is the only part that stalls training: it copies the state off the device (and clones CPU
+tensors, which the next optimizer step would otherwise change under the writer) into a `Snapshot`. Everything
+after it (serialisation, upload, commit) happens in the background (see writer.py).
 """
 
 from __future__ import annotations

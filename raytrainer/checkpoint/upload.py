@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from ..storage import get_fs, join
 from .integrity import CHUNK, Checksum
 from .retry import Retry
-from .storage import get_fs, join
 
 
 def upload_file(local_file: str, url: str, storage_options: Optional[dict] = None) -> str:
@@ -49,5 +49,6 @@ def upload_dir(root: str, url: str, storage_options: Optional[dict] = None,
     for relative in local_files(root):
         target = join(url, relative)
         checksums[relative] = retry.call(
-            lambda: upload_file(os.path.join(root, relative), target, storage_options), target, "uploading")
+            lambda relative=relative, target=target: upload_file(os.path.join(root, relative), target,
+                                                                 storage_options), target, "uploading")
     return checksums

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from ..worker.context import WorkerContext
+from ..worker_context import WorkerContext
 from .precision import Precision
 from .prepare import prepare
 

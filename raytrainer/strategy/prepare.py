@@ -23,9 +23,11 @@ def apply_activation_checkpointing(model: nn.Module, blocks: List[nn.Module], kw
         # transformers models checkpoint inside their own layers, with HF's kwargs (use_reentrant, ...).
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(kwargs) or None)
         return blocks
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (CheckpointImpl,
-                                                                             apply_activation_checkpointing,
-                                                                             checkpoint_wrapper)
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
     kwargs = dict(kwargs)
     reentrant = kwargs.pop("use_reentrant", False)
     impl = CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT

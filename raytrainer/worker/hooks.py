@@ -15,11 +15,20 @@ from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 
 from ..data.collator import DefaultCollator, pad_token_id_of
-from ..data.columns import (ColumnFilter, accepts_argument, accepts_loss_kwargs, default_label_names,
-                            extract_logits, extract_loss, forward_signature, label_items, loss_shifts_labels)
+from ..data.columns import (
+    ColumnFilter,
+    accepts_argument,
+    accepts_loss_kwargs,
+    default_label_names,
+    extract_logits,
+    extract_loss,
+    forward_signature,
+    label_items,
+    loss_shifts_labels,
+)
+from ..data.loader_options import loader_options, main_input_name
 from ..data.ray_batches import RayEvalLoader, RayTrainData
 from ..data.ray_data import RayDataRef
-from ..data.loader_options import loader_options, main_input_name
 from ..data.sampler import DistributedBatchSampler, eval_shard, order_options
 from ..data.user_sampler import SamplerShards, evaluation_shard
 from ..optim import create_optimizer, create_scheduler

@@ -6,14 +6,21 @@ import re
 
 import pytest
 
-from raytrainer import ArgumentParser, ConfigError, Trainer, TrainerCallback, TrainingArguments, register_reporter
-from raytrainer.callbacks import reporters
+from raytrainer import (
+    ArgumentParser,
+    ConfigError,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    register_reporter,
+    report_to,
+)
 from tests.models import make_model
 
 
 @pytest.fixture(autouse=True)
 def clean_registry(monkeypatch):
-    monkeypatch.setattr(reporters, "_REGISTERED", {})
+    monkeypatch.setattr(report_to, "REGISTERED", {})
 
 
 def names(trainer):

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from raytrainer.checkpoint import manifest, storage
+from raytrainer import storage
+from raytrainer.checkpoint import manifest
 
 
 @dataclass

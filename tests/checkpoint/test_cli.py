@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from raytrainer.checkpoint import manifest, storage
+from raytrainer import storage
+from raytrainer.checkpoint import manifest
 from raytrainer.cli import compact_metrics, human_size, main
 
 

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from raytrainer.checkpoint import lease, storage
+from raytrainer import storage
+from raytrainer.checkpoint import lease
 from raytrainer.checkpoint.retry import StorageLostError
 
 

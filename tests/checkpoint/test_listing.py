@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from raytrainer.checkpoint import listing, storage
+from raytrainer import storage
+from raytrainer.checkpoint import listing
 from raytrainer.checkpoint.retention import rotate
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from raytrainer.checkpoint import manifest, storage
+from raytrainer import storage
+from raytrainer.checkpoint import manifest
 from raytrainer.checkpoint.integrity import of_bytes
 from raytrainer.checkpoint.manifest import MANIFEST_NAME
 

@@ -12,9 +12,10 @@ import time
 import pytest
 from fsspec.registry import _registry as fsspec_registry
 
-from raytrainer.checkpoint import storage
+from raytrainer import storage
 from raytrainer.errors import StorageError
 from tests import s3server
+from tests.support import free_port
 
 NOBODY = 65534
 SECRET_OPTIONS = {"key": "AKIAEXAMPLEKEYID0042", "secret": "s3cr3t/Value+With=Chars",
@@ -97,7 +98,7 @@ def test_check_writable_creates_and_cleans_up(store):
 
 
 def test_unreachable_endpoint_fails_fast_without_secrets():
-    port = s3server.free_port()  # nothing listens there any more
+    port = free_port()  # nothing listens there any more
     options = {**SECRET_OPTIONS, "endpoint_url": f"http://127.0.0.1:{port}"}
     start = time.monotonic()
     with pytest.raises(StorageError) as info:

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from raytrainer.checkpoint import lease, manifest, resume, storage
+from raytrainer import storage
+from raytrainer.checkpoint import lease, manifest, resume
 from raytrainer.checkpoint.model_io import save_model_files
 from raytrainer.checkpoint.retry import Retry, StorageFatalError, StorageLostError
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state

@@ -1,0 +1,166 @@
+"""Nothing committed is lost, nothing uncommitted is read, and a resumed run ends where an uninterrupted one
+does: a crash before a commit, a SIGKILLed driver, an exception mid-run. Each on local disk and on S3."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from raytrainer.checkpoint.listing import list_checkpoints, newest_committed
+from tests.models import assert_same_weights, weights
+from tests.resume_script import STEPS, SlowTrainer, TokenData, collator, make_model, training_args
+from tests.support import ROOT
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return _uninterrupted(tmp_path_factory, random=False)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_random(tmp_path_factory):
+    """The reference with dropout and a random collator (resume_script --random)."""
+    return _uninterrupted(tmp_path_factory, random=True)
+
+
+def _uninterrupted(tmp_path_factory, random: bool):
+    out = tmp_path_factory.mktemp("ref")
+    SlowTrainer.seen_path = str(out / "seen.jsonl")
+    trainer = SlowTrainer(model=make_model(random), args=training_args(str(out / "run"), save_strategy="no"),
+                          train_dataset=TokenData(44), data_collator=collator(random))
+    trainer.train()
+    SlowTrainer.seen_path = None
+    return weights(trainer.model), _seen(out / "seen.jsonl")
+
+
+def _seen(path):
+    with open(path) as f:
+        return {r["step"]: r["idx"] for r in map(json.loads, f)}
+
+
+def _script(output_dir, result, storage_options, *extra, wait=True):
+    cmd = [sys.executable, "-m", "tests.resume_script", output_dir, str(result)]
+    if storage_options:
+        cmd += ["--storage-options", json.dumps(storage_options)]
+    cmd += list(extra)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if wait:
+        proc.wait(timeout=300)
+    return proc
+
+
+def test_crash_before_commit_leaves_a_partial_checkpoint_that_is_never_resumed(output_url, tmp_path,
+                                                                               uninterrupted_random):
+    """With dropout and a random collator: the resumed run continues their streams exactly."""
+    output_dir, opts = output_url
+    crashed = _script(output_dir, tmp_path / "r1.pt", opts, "--crash-before-commit", "8", "--random")
+    assert crashed.returncode == 17, crashed.stdout.read()
+    listed = {c.step: c.committed for c in list_checkpoints(output_dir, opts)}
+    assert listed == {4: True, 8: False}
+    assert newest_committed(output_dir, opts).endswith("checkpoint-4")
+
+    seen = tmp_path / "seen.jsonl"
+    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--seen", str(seen), "--random")
+    assert resumed.returncode == 0, resumed.stdout.read()
+    result = torch.load(tmp_path / "r2.pt")
+    assert result["global_step"] == STEPS
+    ref_weights, ref_seen = uninterrupted_random
+    assert_same_weights(result["weights"], ref_weights)
+    # Resumed from checkpoint-4: steps 5.. saw exactly the samples the uninterrupted run saw.
+    assert _seen(seen) == {s: idx for s, idx in ref_seen.items() if s > 4}
+    assert {c.step: c.committed for c in list_checkpoints(output_dir, opts)} == {4: True, 8: True, 12: True}
+
+
+def test_driver_killed_with_sigkill_then_rerun_with_resume(output_url, tmp_path, uninterrupted_random):
+    output_dir, opts = output_url
+    proc = _script(output_dir, tmp_path / "r1.pt", opts, "--sleep-per-step", "0.3", "--random", wait=False)
+    deadline = time.time() + 120
+    while newest_committed(output_dir, opts) is None and time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(tmp_path / "r1.pt")
+    first = newest_committed(output_dir, opts)
+    assert first is not None and int(first.rsplit("-", 1)[1]) < STEPS
+
+    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--random")
+    assert resumed.returncode == 0, resumed.stdout.read()
+    result = torch.load(tmp_path / "r2.pt")
+    assert_same_weights(result["weights"], uninterrupted_random[0])
+
+
+def test_resume_true_without_a_checkpoint_is_a_clear_error(tmp_path):
+    from raytrainer import ConfigError
+
+    trainer = SlowTrainer(model=make_model(), args=training_args(str(tmp_path / "empty")),
+                          train_dataset=TokenData(44))
+    with pytest.raises(ConfigError, match="holds no committed checkpoint"):
+        trainer.train(resume_from_checkpoint=True)
+    with pytest.raises(ConfigError, match="not a committed checkpoint"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "empty" / "checkpoint-4"))
+
+
+@pytest.mark.parametrize("ignore_data_skip", [False, True])
+def test_resume_continues_the_epoch_or_starts_it_over_with_ignore_data_skip(tmp_path, uninterrupted,
+                                                                            ignore_data_skip):
+    out = str(tmp_path / "run")
+    first = SlowTrainer(model=make_model(), args=training_args(out), train_dataset=TokenData(44))
+    first.args.max_steps = 4
+    first.train()
+    seen = tmp_path / "seen.jsonl"
+    SlowTrainer.seen_path = str(seen)
+    try:
+        resumed = SlowTrainer(model=make_model(), args=training_args(out, ignore_data_skip=ignore_data_skip),
+                              train_dataset=TokenData(44))
+        resumed.train(resume_from_checkpoint=True)
+    finally:
+        SlowTrainer.seen_path = None
+    ref_seen = uninterrupted[1]
+    # 44 samples in batches of 8: step 4 is mid-epoch. Skipping continues at step 5's samples; ignoring the
+    # skip starts the epoch's order over (step 1's samples).
+    assert _seen(seen)[5] == (ref_seen[1] if ignore_data_skip else ref_seen[5])
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_ctrl_c_then_sigkill_of_a_two_worker_ray_driver_and_resume_end_exact(tmp_path, uninterrupted):
+    """The driver runs its own Ray job with 2 workers. Ctrl-C (SIGINT): every worker saves at the next step
+    boundary, the checkpoint commits, train() raises KeyboardInterrupt. The rerun with resume is killed with
+    SIGKILL (the job's actors go with it) once a later checkpoint commits. Resuming that (here in one
+    process: the same global batch) ends with the uninterrupted run's weights."""
+    output_dir = str(tmp_path / "run")
+
+    def committed_step():
+        url = newest_committed(output_dir)
+        return None if url is None else int(url.rsplit("-", 1)[1])
+
+    def run_until_committed_after(step, *extra):
+        proc = _script(output_dir, tmp_path / "never.pt", None, "--num-workers", "2", "--sleep-per-step", "0.3",
+                       *extra, wait=False)
+        deadline = time.time() + 180
+        while (committed_step() or 0) <= step and time.time() < deadline:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        return proc
+
+    interrupted = run_until_committed_after(0)
+    first = committed_step()
+    os.kill(interrupted.pid, signal.SIGINT)
+    out, _ = interrupted.communicate(timeout=120)
+    assert interrupted.returncode != 0 and "KeyboardInterrupt" in out, out[-3000:]
+    stopped_at = committed_step()
+    assert first < stopped_at < STEPS  # a checkpoint of its own, after the first periodic one
+
+    killed = run_until_committed_after(stopped_at, "--resume")
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert stopped_at < committed_step() < STEPS and not os.path.exists(tmp_path / "never.pt")
+
+    resumed = SlowTrainer(model=make_model(), args=training_args(output_dir), train_dataset=TokenData(44))
+    assert resumed.train(resume_from_checkpoint=True).global_step == STEPS
+    assert_same_weights(resumed.model.state_dict(), uninterrupted[0])

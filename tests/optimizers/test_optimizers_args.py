@@ -1,0 +1,273 @@
+"""The optimizers of their own packages and Liger: what the driver refuses before any actor starts (and why),
+how each optimizer is built (as transformers' Trainer builds it), and the pieces that make them fit a Trainer run
+(LOMO's fused backward, the layer-wise optimizer's state). No Trainer run here:
+tests/integration/test_optimizers_numbers.py trains."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import pytest
+import torch
+
+from raytrainer.args import OPTIMIZERS, TrainingArguments
+from raytrainer.errors import ConfigError
+from raytrainer.optim import create_optimizer, create_scheduler
+from raytrainer.optimizers import NAMES, apply_liger_kernel, check_run, fused_backward, is_fused_backward, registry
+from tests.hf_models import tiny_model
+
+TARGETS = ["q_proj", "v_proj"]
+LOW_RANK = {"optim_target_modules": TARGETS, "optim_args": "rank=4"}
+
+
+def needs(optim: str):
+    if registry.missing_package(optim) is not None:
+        pytest.skip(f"{optim}'s package is not installed")
+
+
+def args_for(optim: str, **kw) -> TrainingArguments:
+    extra = LOW_RANK if optim.startswith(("galore", "apollo")) else {}
+    return TrainingArguments(output_dir="unused", optim=optim, **{"num_workers": 0, **extra, **kw})
+
+
+class FakeTrainer:
+    def __init__(self, args, model=None):
+        self.args, self.model = args, model
+
+
+def test_every_name_is_an_optim_choice():
+    assert set(NAMES) <= set(OPTIMIZERS)
+    assert {"galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+            "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "apollo_adamw", "apollo_adamw_layerwise",
+            "lomo", "adalomo", "grokadamw", "stable_adamw"} == set(NAMES)
+
+
+@pytest.mark.parametrize("optim, module, extra", [
+    ("galore_adamw", "galore_torch", "galore"), ("apollo_adamw_layerwise", "apollo_torch", "apollo"),
+    ("adalomo", "lomo_optim", "lomo"), ("grokadamw", "grokadamw", "grokadamw"),
+    ("stable_adamw", "optimi", "stable-adamw")])
+def test_a_missing_package_names_the_extra(optim, module, extra, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    with pytest.raises(ConfigError, match=rf'pip install "raytrainer\[{extra}\]"'):
+        args_for(optim)
+
+
+# ---------------------------------------------------------------------- refused on the driver
+@pytest.mark.parametrize("optim", ["galore_adamw_layerwise", "galore_adafactor_layerwise", "apollo_adamw_layerwise"])
+def test_layerwise_runs_in_one_process_only(optim):
+    needs(optim)
+    for workers in (0, 1):
+        args_for(optim, num_workers=workers)
+    for workers in (2, (1, 2)):
+        with pytest.raises(ConfigError, match=r"one process only .*num_workers=1") as err:
+            args_for(optim, num_workers=workers)
+        assert "before the workers could average it" in str(err.value)
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps=1"):
+        args_for(optim, gradient_accumulation_steps=2)
+    with pytest.raises(ConfigError, match="strategy='ddp'"):
+        args_for(optim, num_workers=1, strategy="fsdp")
+    with pytest.raises(ConfigError, match="bf16"):
+        args_for(optim, fp16=True)
+
+
+@pytest.mark.parametrize("optim", ["lomo", "adalomo"])
+def test_lomo_is_refused_where_it_cannot_work(optim):
+    needs(optim)
+    args_for(optim, num_workers=2, gradient_accumulation_steps=2)  # several workers and accumulation: as HF
+    with pytest.raises(ConfigError, match="strategy='ddp'"):
+        args_for(optim, num_workers=2, strategy="fsdp")
+    with pytest.raises(ConfigError, match="fp16's loss scaling"):
+        args_for(optim, fp16=True)
+    with pytest.raises(ConfigError, match="second backward pass"):
+        args_for(optim, optim_args="clip_grad_norm=1.0")
+
+
+def test_low_rank_needs_linear_target_modules():
+    needs("galore_adamw")
+    with pytest.raises(ConfigError, match="needs optim_target_modules"):
+        TrainingArguments(output_dir="unused", optim="galore_adamw")
+    with pytest.raises(ConfigError, match="list of module names"):
+        TrainingArguments(output_dir="unused", optim="galore_adamw", optim_target_modules=3)
+    model = tiny_model("llama")
+    with pytest.raises(ConfigError, match="matches no nn.Linear"):
+        check_run(FakeTrainer(args_for("galore_adamw", optim_target_modules=["no_such_module"]), model), False)
+    with pytest.warns(UserWarning, match="not nn.Linear"):  # 'self_attn' names the attention block itself
+        check_run(FakeTrainer(args_for("galore_adamw", optim_target_modules=["self_attn"]), model), False)
+    with pytest.raises(ConfigError, match="not a valid regular expression"):
+        check_run(FakeTrainer(args_for("galore_adamw", optim_target_modules="q_proj(("), model), False)
+
+
+def test_eight_bit_galore_is_refused_without_a_gpu():
+    needs("galore_adamw_8bit")
+    for optim in ("galore_adamw_8bit", "galore_adamw_8bit_layerwise"):
+        if not torch.cuda.is_available():  # in-process, no CUDA: the arguments alone decide
+            with pytest.raises(ConfigError, match=r"needs a CUDA GPU \(galore_torch's GaLoreAdamW8bit calls "
+                                                  r"torch.cuda.synchronize\(\).*optim='galore_adamw"):
+                args_for(optim)
+        with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+            args_for(optim, num_workers=1, use_gpu=False)
+    # On a cluster the driver learns at train() whether the workers get GPUs: the preflight refuses then.
+    args = args_for("galore_adamw_8bit", num_workers=2)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        check_run(FakeTrainer(args), use_gpu=False)
+    check_run(FakeTrainer(args), use_gpu=True)
+
+
+def test_liger_is_refused_on_cpu_and_without_its_package(monkeypatch):
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="use_liger_kernel=True, but this run's workers have no GPU.*Triton"):
+            TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=0)
+    with pytest.raises(ConfigError, match="no GPU"):
+        TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=2, use_gpu=False)
+    with pytest.raises(ConfigError, match="must be a dict"):
+        TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=2, liger_kernel_config=["rope"])
+    args = TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=2)  # GPUs may be there
+    with pytest.raises(ConfigError, match="get no GPU"):
+        check_run(FakeTrainer(args), use_gpu=False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    with pytest.raises(ConfigError, match=r'pip install "raytrainer\[liger\]"'):
+        check_run(FakeTrainer(args), use_gpu=True)
+    model = tiny_model("plain")
+    assert apply_liger_kernel(model, TrainingArguments(output_dir="unused")) is model  # off: untouched
+
+
+def test_optim_args_take_transformers_names_and_defaults():
+    needs("apollo_adamw")
+    opt = create_optimizer(tiny_model("llama"), args_for("apollo_adamw", optim_args="rank=2,proj=svd,scale=0.5"))
+    targeted = opt.param_groups[1]
+    assert (targeted["rank"], targeted["proj"], targeted["scale"], targeted["update_proj_gap"]) == (2, "svd", 0.5, 200)
+    with pytest.raises(ConfigError, match="'momentum' is not accepted by optim='apollo_adamw'; accepted: rank"):
+        args_for("apollo_adamw", optim_args="momentum=0.9")
+    with pytest.raises(ConfigError, match="must be one of random, svd"):
+        args_for("apollo_adamw", optim_args="proj=gauss")
+    needs("stable_adamw")
+    opt = create_optimizer(tiny_model("plain"), args_for("stable_adamw", optim_args="decouple_lr=false,max_lr=1e-2"))
+    assert opt.defaults["decouple_lr"] is False and opt.defaults["max_lr"] == 1e-2  # HF: bool("false") is True
+
+
+def test_weight_decay_they_ignore_is_said():
+    needs("galore_adamw")
+    with pytest.warns(UserWarning, match="does not apply weight_decay=0.1"):
+        args_for("galore_adamw", weight_decay=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        args_for("galore_adamw")
+        needs("grokadamw")
+        args_for("grokadamw", weight_decay=0.1)  # GrokAdamW gets it through the param groups, as in HF
+
+
+# ---------------------------------------------------------------------- built as transformers builds them
+def _layout(optimizer, model) -> list:
+    names = {id(p): n for n, p in model.named_parameters()}
+    inner = getattr(optimizer, "optimizers", None) or getattr(optimizer, "optimizer_dict", None)
+    if inner is not None:  # layer-wise: one optimizer per parameter
+        return [_layout(o, model) for o in inner.values()]
+    return [([names[id(p)] for p in g["params"]], {k: v for k, v in g.items() if k != "params"})
+            for g in optimizer.param_groups]
+
+
+@pytest.mark.parametrize("optim", ["galore_adamw", "galore_adafactor", "galore_adamw_layerwise", "apollo_adamw",
+                                   "apollo_adamw_layerwise", "grokadamw", "stable_adamw"])
+def test_built_as_transformers_builds_it(optim):
+    needs(optim)
+    transformers = pytest.importorskip("transformers")
+    low_rank = optim.startswith(("galore", "apollo"))
+    weight_decay = 0.0 if low_rank else 0.1  # the low-rank ones warn that they ignore it
+    ours = create_optimizer(mine := tiny_model("llama"), args_for(optim, weight_decay=weight_decay,
+                                                                  learning_rate=3e-3))
+    hf_args = transformers.TrainingArguments(output_dir="unused", optim=optim, learning_rate=3e-3, use_cpu=True,
+                                             weight_decay=weight_decay, report_to="none",
+                                             **(LOW_RANK if low_rank else {}))
+    theirs_model = tiny_model("llama")
+    cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(hf_args, theirs_model)
+    params = kwargs.pop("optimizer_dict", None) or kwargs.pop("params", None)
+    if params is None:  # Trainer.create_optimizer's groups: with and without weight decay
+        decay = set(transformers.Trainer.get_decay_parameter_names(None, mine))
+        names = {id(p): n for n, p in mine.named_parameters()}
+        assert [({names[id(p)] for p in g["params"]}, g["weight_decay"]) for g in ours.param_groups] == [
+            (decay, weight_decay), ({n for n, _ in mine.named_parameters()} - decay, 0.0)]
+        assert isinstance(ours, cls) and ours.defaults == cls([torch.zeros(1)], **kwargs).defaults
+        return
+    theirs = cls(params, **kwargs)
+    assert isinstance(ours, cls) or type(ours).__name__ == "LayerwiseOptimizer"
+    assert _layout(ours, mine) == _layout(theirs, theirs_model)
+    if not optim.endswith("_layerwise"):
+        assert ours.defaults == theirs.defaults
+
+
+def test_galore_adafactor_layerwise_gets_the_fixed_step_size():
+    """transformers sets scale_parameter/relative_step=False for galore_adafactor only; its layer-wise form then
+    fails in Adafactor ('Cannot combine manual lr and relative_step=True'). Both forms build here."""
+    needs("galore_adafactor_layerwise")
+    opt = create_optimizer(tiny_model("llama"), args_for("galore_adafactor_layerwise"))
+    inner = next(iter(opt.optimizers.values()))
+    assert inner.defaults["relative_step"] is False and inner.defaults["scale_parameter"] is False
+
+
+# ---------------------------------------------------------------------- pieces of a run
+def _loss(model):
+    ids = torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    return model(input_ids=ids, labels=ids).loss
+
+
+@pytest.mark.parametrize("optim", ["lomo", "adalomo"])
+def test_lomo_updates_in_fused_backward_only(optim):
+    needs(optim)
+    model = tiny_model("llama")
+    opt = create_optimizer(model, args_for(optim))
+    assert is_fused_backward(opt) and not is_fused_backward(torch.optim.SGD(model.parameters(), lr=1))
+    with pytest.raises(RuntimeError, match="call raytrainer.optimizers.fused_backward"):
+        _loss(model).backward()
+    model.zero_grad(set_to_none=True)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    scheduler = create_scheduler(opt, args_for(optim), num_training_steps=4)
+    fused_backward(opt, _loss(model))  # at this step's lr
+    assert opt.lr == scheduler.get_last_lr()[0]
+    assert all(p.grad is None for p in model.parameters())  # consumed, nothing left to clip or step
+    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters())  # every one, the last too
+    opt.step()  # a no-op (torch's base class raises)
+
+
+def test_adalomo_state_is_in_its_state_dict():
+    needs("adalomo")
+    model = tiny_model("llama")
+    opt = create_optimizer(model, args_for("adalomo"))
+    states = [(opt.exp_avg_sq_row.get(n) if p.dim() > 1 else opt.exp_avg_sq[n], p) for n, p in model.named_parameters()]
+    assert all(state.device == p.device for state, p in states)
+    fused_backward(opt, _loss(model))
+    saved = opt.state_dict()
+    assert saved["adalomo"]["step_num"] == 1
+    other = create_optimizer(tiny_model("llama"), args_for("adalomo"))
+    other.load_state_dict(saved)
+    assert other.step_num == 1
+    for name, tensor in opt.exp_avg_sq_row.items():
+        assert torch.equal(other.exp_avg_sq_row[name], tensor)
+
+
+def test_layerwise_state_round_trips():
+    needs("galore_adamw_layerwise")
+    model = tiny_model("llama")
+    args = args_for("galore_adamw_layerwise")
+    opt = create_optimizer(model, args)
+    scheduler = create_scheduler(opt, args, num_training_steps=4)
+    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    _loss(model).backward()  # each parameter steps as its gradient completes
+    assert all(p.grad is None for p in model.parameters())
+    assert not torch.equal(before, model.model.layers[0].self_attn.q_proj.weight)
+    opt.step(), scheduler.step()
+    saved = opt.state_dict()
+    assert len(saved["per_parameter"]) == len(list(model.parameters()))
+    projected = [s for s in saved["per_parameter"] if any("projector" in v for v in s["state"].values())]
+    assert len(projected) == 4  # q_proj and v_proj of 2 layers
+    live = next(iter(opt.optimizers[model.model.layers[0].self_attn.q_proj.weight].state.values()))
+    assert projected[0]["state"][0]["projector"] is not live["projector"]  # a snapshot, not the live object
+    other_model = tiny_model("llama")
+    other = create_optimizer(other_model, args)
+    other.load_state_dict(saved)
+    assert other.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    with pytest.raises(ValueError, match="per-parameter optimizers"):
+        other.load_state_dict({**saved, "per_parameter": saved["per_parameter"][:-1]})

@@ -1,0 +1,24 @@
+"""Small helpers the test modules share: the repository root and free ports on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_ports(n: int = 1) -> list:
+    """`n` distinct ports nothing listens on (bound together, so they differ; closed before returning)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
