@@ -8,6 +8,8 @@ In one embedded Ray (4 logical CPUs, with the dashboard, for `ray.util.state`):
                  what any group start costs (3 runs, the median)
   first train()  the Trainer's first call: starts its group (40 steps of the 1.5 M-parameter MLP)
   evaluate() x3, predict(), a second train(): the calls after it, on the same group
+  later Trainers a second Trainer of the same shape, a third with FSDP (same shape), a fourth with 1 worker:
+                 the first two take the idle group from the process's pool, the fourth starts its own
   per call       evaluate() with worker_idle_timeout_s=0: a new group for every call, as before the group
                  was kept
 "to first step" is from the call to the first training_step / prediction_step on rank 0 (a wall-clock stamp
@@ -155,11 +157,11 @@ def main():
         Stamped.stamp_dir = stamps
         data = common.SyntheticDataset(2048, 512, 16)
 
-        def trainer(idle_timeout_s):
-            args = TrainingArguments(output_dir=os.path.join(work, f"run-{idle_timeout_s}"), num_workers=2,
-                                     per_device_train_batch_size=32, max_steps=40, save_strategy="no",
-                                     logging_steps=20, disable_tqdm=True, report_to=[],
-                                     worker_idle_timeout_s=idle_timeout_s)
+        def trainer(idle_timeout_s, name="", **extra):
+            args = TrainingArguments(**{**dict(
+                output_dir=os.path.join(work, f"run-{idle_timeout_s}{name}"), num_workers=2,
+                per_device_train_batch_size=32, max_steps=40, save_strategy="no", logging_steps=20,
+                disable_tqdm=True, report_to=[], worker_idle_timeout_s=idle_timeout_s), **extra})
             return Stamped(model=common.MLP(), args=args, train_dataset=data,
                            eval_dataset=common.SyntheticDataset(256, 512, 16, seed=7))
 
@@ -172,8 +174,19 @@ def main():
             rows.append([name, figures["to_first_step"], figures["to_result"],
                          figures["to_result"] / bare["to_result"]])
         idle = results["idle"] = idle_cost()
+        # Later Trainers of the same script take the idle group from the process's pool when their shape
+        # (workers, resources, ...) fits, whatever their strategy; another shape starts a group of its own.
+        later = [("second Trainer, same shape", trainer(300, "-same")),
+                 ("third Trainer, FSDP, same shape", trainer(300, "-fsdp", strategy="fsdp")),
+                 ("fourth Trainer, other shape (1 worker)", trainer(300, "-one", num_workers=1))]
+        for name, other in later:
+            figures = results[name] = timed(stamps, other.train)
+            rows.append([name, figures["to_first_step"], figures["to_result"],
+                         figures["to_result"] / bare["to_result"]])
+        later[2][1].close()  # the 1-worker group
+        kept.close()  # a no-op: a later Trainer used the group since
         t0 = time.time()
-        kept.close()
+        later[1][1].close()  # the Trainer that used the 2-worker group last releases it
         results["close_s"] = time.time() - t0
         results["after_close"] = seconds_until_none_alive(t0)
 
@@ -188,9 +201,10 @@ def main():
                                                                 "result / bare fit()"], rows, notes=[
         f"idle group: {idle['workers']} workers, {idle['cpu_percent_per_worker']:.2f} % CPU and "
         f"{idle['rss_mib_per_worker']:.0f} MiB resident each",
-        f"close(): {results['close_s']:.2f} s; none of our actors listed alive {results['after_close']['seconds']:.1f} s "
-        f"after the call (still alive: {results['after_close']['alive']}); after a worker_idle_timeout_s=0 call: "
-        f"{results['after_idle_0']['seconds']:.1f} s after its return (still alive: {results['after_idle_0']['alive']})",
+        f"close(): {results['close_s']:.2f} s; none of our actors listed alive "
+        f"{results['after_close']['seconds']:.1f} s after the call (still alive: {results['after_close']['alive']}); "
+        f"after a worker_idle_timeout_s=0 call: {results['after_idle_0']['seconds']:.1f} s after its return (still "
+        f"alive: {results['after_idle_0']['alive']})",
         f"Ray start {ray_start_s:.1f} s (not in any figure); torch {torch.__version__}"])
     common.write_json(cli.json, results)
     common.stop_ray()

@@ -7,39 +7,33 @@ that run on the workers are inherited from `WorkerHooks`.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import uuid
-import weakref
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
-from . import hub, launchers, preflight
+from . import hub, launchers, preflight, storage
 from .args import TrainingArguments
 from .callbacks.base import CallbackHandler, TrainerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
 from .callbacks.reporters import reporter_callbacks
-from .callbacks.stateful import restore_from_checkpoint
-from .checkpoint import storage
+from .callbacks.stateful import restore_states
 from .checkpoint import lease, resume
+from .checkpoint.listing import read_trainer_state
 from .checkpoint.model_io import load_into, save_model_files
 from .checkpoint.upload import upload_dir
-from .coordinator import cluster, holders, launcher
-from .coordinator.group import Spec, WorkerGroup
-from .coordinator.launcher import TrainingError
+from .coordinator import cluster, holders, runner
 from .data import ray_data
 from .errors import ConfigError, StorageError
 from .model_card import ModelCardMixin
+from .protocol import JobKind
 from .results import ResultsMixin
-from .scaling import bounds
 from .state import PredictionOutput, TrainerState, TrainOutput
 from .verbosity import quiet_driver, worker_level
-from .worker.context import WorkerContext
 from .worker.hooks import WorkerHooks
-
-logger = logging.getLogger("raytrainer")
+from .worker_context import WorkerContext
 
 
 class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
@@ -137,11 +131,13 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         self._connect_and_check_storage()
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
                                           else args.resume_from_checkpoint)
-        preflight.check_strategy_and_precision(self, self._use_gpu(), resume_url)
+        # The checkpoint's trainer_state.json, read once: preflight checks its global batch, callbacks restore from it.
+        resume_state = None if resume_url is None else read_trainer_state(resume_url, args.storage_options) or {}
+        preflight.check_strategy_and_precision(self, self._use_gpu(), resume_url, resume_state)
         if resume_url is not None and args.restore_callback_states_from_checkpoint:
-            restore_from_checkpoint(self.callback_handler, resume_url, args.storage_options)
+            restore_states(self.callback_handler, resume_state.get("stateful_callbacks") or {})
         run_id = uuid.uuid4().hex[:12]
-        job = {"kind": "train", "run_id": run_id, "resume_from": resume_url}
+        job = {"kind": JobKind.TRAIN.value, "run_id": run_id, "resume_from": resume_url}
         self.state = TrainerState()
         self.callback_handler.state = self.state
         # One writer per output_dir: taken before any actor starts, released when the run ends (lease.py).
@@ -168,7 +164,8 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
             preflight.check_dataset(ds, "eval_dataset")
             prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
             self._connect(ds)
-            result = self._run({"kind": "evaluate", "dataset": ds, "prefix": prefix, "ignore_keys": ignore_keys})
+            result = self._run({"kind": JobKind.EVALUATE.value, "dataset": ds, "prefix": prefix,
+                                "ignore_keys": ignore_keys})
             metrics.update(result["metrics"])
         # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
         self.log(metrics)  # on the driver: to its callbacks and log_history (an override of `log` sees it)
@@ -178,8 +175,8 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> PredictionOutput:
         preflight.check_dataset(test_dataset, "test_dataset")
         self._connect(test_dataset)
-        result = self._run({"kind": "predict", "dataset": test_dataset, "prefix": metric_key_prefix,
-                            "ignore_keys": ignore_keys})
+        result = self._run({"kind": JobKind.PREDICT.value, "dataset": test_dataset,
+                            "prefix": metric_key_prefix, "ignore_keys": ignore_keys})
         output = result["prediction"]
         self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
         return output
@@ -248,64 +245,18 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         return resume.resolve(self.args.output_dir, requested, self.args.storage_options)
 
     def _run(self, job: dict, receive: Optional[Callable[[Any], Any]] = None) -> Any:
-        """Run `job` on the workers (or here); `receive(result)` runs while the result's objects still exist."""
+        """Run `job` on the workers (or here: coordinator/runner.py); `receive(result)` runs while the result's
+        objects still exist. `job` is the work order inside the pickle, a dict of plain values ("kind": a
+        `JobKind`'s value; data/ray_data.py may name a Ray Dataset after it)."""
         handler = self.callback_handler
         job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks,
                "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
                               "replica": worker_level(self.args, 1, driver_ran_model=True)}}
         # The pickle carries no weights or large data: those go to the object store once (transfer.py).
-        in_process = self.args.max_workers == 0
         # A ray.data.Dataset goes to Ray Train, not into the pickle (data/ray_data.py).
-        with ray_data.detached(self, job, in_process) as datasets:
+        with ray_data.detached(self, job, self.args.max_workers == 0) as datasets:
             packed = preflight.serialise(self, job)
-        use_gpu = self._use_gpu()
-        receive = receive or (lambda result: result)
-        if in_process:
-            from . import transfer
-
-            # Work on a copy, as a worker would: the driver's model changes only from the result.
-            trainer, job = transfer.unpack(packed.payload, packed.data)
-            return receive(launcher.run_in_process(trainer, job, self.callback_handler, use_gpu))
-        for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
-            group = self._worker_group(job["kind"], datasets, use_gpu)
-            group.busy = True  # no other call takes or releases it meanwhile (holders.py)
-            try:
-                result = launcher.run_on_ray(group, packed, self.callback_handler, self.args.max_failures,
-                                             receive, kind=job["kind"])
-            finally:
-                group.busy = False
-            if result is not launcher.NOT_POSTED:
-                if job["kind"] == "train" and ray_data.TRAIN in datasets:
-                    group.served_train_split = True
-                return result
-        raise TrainingError("The worker group closed twice as a job was posted to it.")
-
-    def _worker_group(self, kind: str, datasets: dict, use_gpu: bool) -> WorkerGroup:
-        """An idle group of the process's pool that can run the job (this Trainer's last one first, else any
-        Trainer's), else a new one: the idle groups that hold what it needs are released first."""
-        args = self.args
-        spec = Spec.of(args, use_gpu, datasets)
-        group = holders.take_idle(spec, kind, prefer=self._group)
-        if group is None:
-            if self._group is not None:
-                old = self._group
-                expected = not old.alive and old.spec.worker_idle_timeout_s == 0  # asked for: a group per call
-                logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): "
-                           "%s.", kind, old.why_not_reused(spec))
-                self.close()
-            need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
-            if datasets:  # Ray Data's tasks need CPUs besides the workers': an idle group must not hold them
-                need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
-            holders.check_room(need, f"{kind}() with {args.num_workers} workers")
-            group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
-                                owner=f"the Trainer created at {self._created_at}")
-            holders.hold(group)
-        elif group is not self._group:
-            logger.info("%s() runs on an idle worker group of this process (%s).", kind, group.owner)
-            group.owner = f"the Trainer created at {self._created_at}"
-        group.user = weakref.ref(self)
-        self._group = group
-        return group
+        return runner.run(self, packed, JobKind(job["kind"]), datasets, self._use_gpu(), receive)
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:

@@ -127,8 +127,6 @@ class CallbackHandler:
 
     def handle(self, event: Dict[str, Any]):
         kind = event["kind"]
-        if kind == "control_request":
-            return
         self._update_state(kind, event)
         reset_control(self.control, kind)
         kwargs = {k: v for k, v in event.items() if k not in ("kind", "rank", "time", "global_step", "epoch")}

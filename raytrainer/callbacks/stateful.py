@@ -54,10 +54,3 @@ def restore_states(handler, stored: Dict[str, Any]) -> None:
         logger.warning("The checkpoint holds the state of callbacks this Trainer does not have (%s): ignored.",
                        ", ".join(missing))
 
-
-def restore_from_checkpoint(handler, url: str, storage_options) -> None:
-    """restore_callback_states_from_checkpoint: the states stored in checkpoint `url`."""
-    from ..checkpoint.listing import read_trainer_state
-
-    state = read_trainer_state(url, storage_options) or {}
-    restore_states(handler, state.get("stateful_callbacks") or {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ray.train import UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
+from ..protocol import Reason
 from ..worker.user_errors import WorkerError
 
 
@@ -61,7 +62,10 @@ class ControllerRecorder(ControllerCallback):
     def after_controller_start(self, train_run_context):
         import ray
 
-        ray.get(self.sink.set_controller.remote(ray.get_runtime_context().current_actor))
+        # Not waited for: the controller would hold the worker group's start until the sink actor is up (its
+        # process and imports: 3-10 s on 2 busy cores, "sink start" in startup.py). The handle is there long
+        # before a job could be abandoned.
+        self.sink.set_controller.remote(ray.get_runtime_context().current_actor)
 
 
 class ResizeRecorder(ControllerCallback):
@@ -80,7 +84,7 @@ class ResizeRecorder(ControllerCallback):
             return
         wanted = current_state.scaling_decision.num_workers
         ray.get(self.sink.record_cause.remote(
-            "resize", f"Ray Train's elastic monitor found room for {wanted} workers"))
+            Reason.RESIZE, f"Ray Train's elastic monitor found room for {wanted} workers"))
 
 
 class FreshClusterView(ControllerCallback):
@@ -108,8 +112,9 @@ class FreshClusterView(ControllerCallback):
             return
         self._last = time.monotonic()
         try:
-            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
-                get_or_create_autoscaling_coordinator
+            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+                get_or_create_autoscaling_coordinator,
+            )
 
             get_or_create_autoscaling_coordinator().get_reserved_resources.remote("raytrainer", recompute=True)
         except Exception:  # noqa: BLE001 (a missing internal API only delays the resize)

@@ -22,8 +22,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional
 
+from ..protocol import Job, JobKind
 from ..verbosity import train_logging_config
 from ..worker.entry import ray_worker_main
+from .sink import EventSink
 
 logger = logging.getLogger("raytrainer")
 
@@ -74,7 +76,6 @@ class WorkerGroup:
         from ray.train.torch import TorchConfig, TorchTrainer
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from ..callbacks.channel import EventSink
         from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder
 
         self.spec = spec
@@ -143,7 +144,7 @@ class WorkerGroup:
         datasets = set(spec.datasets)
         return (replace(spec, datasets=self.spec.datasets) == self.spec
                 and datasets <= set(self.spec.datasets)
-                and not (kind == "train" and self.served_train_split and any(n == "train" for n, _ in datasets)))
+                and not (kind == JobKind.TRAIN and self.served_train_split and any(n == "train" for n, _ in datasets)))
 
     def why_not_reused(self, spec: Spec) -> str:
         """Why a call starts a new group instead of this one (for the log)."""
@@ -155,23 +156,22 @@ class WorkerGroup:
             return "the previous one was released (close(), or worker_idle_timeout_s without a call)"
         return "; ".join(self.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group"
 
-    def post(self, payload: bytes, data_ref, max_failures: int, code=None, kind: str = "the job"
-             ) -> Optional[Dict[str, Any]]:
-        """Post a job; None if the group closed meanwhile (its idle timeout ended). `code`: the driver's import
-        path and shipped modules (`code_paths.DriverCode`), installed by each worker before it reads the job;
-        `kind` names the job in a worker's error."""
+    def post(self, payload: bytes, data_ref, max_failures: int, code=None, kind: JobKind = JobKind.TRAIN
+             ) -> Optional[str]:
+        """Post a job; returns its id, or None if the group closed meanwhile (its idle timeout ended). `code`:
+        the driver's import path and shipped modules (`code_paths.DriverCode`), installed by each worker
+        before it reads the job; `kind` names the job in a worker's error."""
         import ray
 
-        job_id = uuid.uuid4().hex[:12]
-        spec = {"id": job_id, "payload": payload, "data": data_ref, "code": code, "kind": kind}
-        posted = ray.get(self.sink.post_job.remote(spec, max_failures))
-        if not posted["posted"]:
+        job = Job(id=uuid.uuid4().hex[:12], job_kind=JobKind(kind), payload=payload, data=data_ref, code=code)
+        posted = ray.get(self.sink.post_job.remote(job, max_failures))
+        if not posted.posted:
             self.closing = True  # the board closed by itself: this group is on its way out
             return None
-        for cause in posted["idle_failures"]:
+        for cause in posted.idle_failures:
             logger.warning("A worker of the group was lost since the last call (%s); Ray Train replaced it.",
                            cause)
-        return {"id": job_id}
+        return job.id
 
     def close(self, wait: bool = True):
         """Release the workers: the board closes, each rank's worker function returns, Ray Train releases the

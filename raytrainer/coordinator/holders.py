@@ -84,6 +84,15 @@ def check_room(need: Dict[str, float], asking: str):
         "trainer.close() (or `with Trainer(...) as trainer:`).")
 
 
+def live_groups() -> List[object]:
+    """Every group of the pool, idle, busy or ending (for tests and benchmarks); those whose fit() thread
+    ended are dropped from the pool."""
+    for key, group in list(_LIVE.items()):
+        if not group.thread_alive():
+            _LIVE.pop(key, None)
+    return list(_LIVE.values())
+
+
 def idle_groups() -> List[object]:
     """The live groups not running a job (for tests and benchmarks)."""
     return [g for g in _LIVE.values() if g.alive and not g.busy]

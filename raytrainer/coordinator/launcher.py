@@ -3,18 +3,28 @@ process.
 
 Ray Train V2 does placement, process-group set-up and restarts; we add the event sink: the driver's main
 thread drains it and runs the callbacks while the group's `fit()` runs in a helper thread, so progress,
-logs and restarts show up live, and callbacks run where the user's code runs.
+logs and restarts show up live, and callbacks run where the user's code runs. The pump reads the sink's
+messages (`protocol.py`) in arrival order: an `Event` goes to the callbacks, a `ControlRequest` gets their
+decision, `ResultReady` the result taken, `JobFailed` raised, a `Stall` printed as a warning; a `Failure`
+needs nothing (the job is re-served to the next group).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any, Callable, Dict
+import time
+from typing import Any, Callable, Dict, Optional
 
 from ..callbacks.base import CallbackHandler
-from ..callbacks.channel import DirectSink, Emitter
-from ..worker.context import WorkerContext
+from ..callbacks.channel import Emitter
+from ..protocol import ERROR, JobKind, Kind
+from ..startup import Startup, Timeline
 from ..worker.entry import run_job
+from ..worker_context import WorkerContext
+from .sink import DirectSink, decision, tell_stall
+
+logger = logging.getLogger("raytrainer")
 
 # How long the driver waits for events before checking whether the group's fit() ended; events wake it at once.
 POLL_INTERVAL_S = 0.2
@@ -27,18 +37,49 @@ class TrainingError(RuntimeError):
     worker_traceback: str = ""
 
 
-def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_gpu: bool) -> Any:
-    """num_workers=0: the same job, in this process, with events dispatched as they are emitted."""
+def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_gpu: bool,
+                   startup: Optional[Timeline] = None) -> Any:
+    """num_workers=0: the same job, in this process, with events dispatched as they are emitted. `startup`:
+    the worker side of the start-up timeline, its `unpack` already marked."""
     ctx = WorkerContext.in_process(use_gpu)
-    return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0))
+    return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0), startup=startup)
+
+
+class WatchStartup:
+    """The callback handler seen through a train() call's start-up timeline (`startup.py`): rank 0's startup
+    event is read here and not dispatched; the first step_end completes the timeline, which is then logged
+    at INFO as one line and set as the driver's `state.startup`. Everything else is the handler's."""
+
+    def __init__(self, handler: CallbackHandler, startup: Startup):
+        self.handler = handler
+        self.startup = startup
+        self.logged = False
+
+    def handle(self, event: Dict[str, Any]):
+        if self.startup.on_event(event):
+            return
+        if self.startup.complete and not self.logged:
+            self.log_startup()
+        self.handler.handle(event)
+
+    def log_startup(self):
+        if self.logged:
+            return
+        self.logged = True
+        logger.info("%s", self.startup.line())
+        self.handler.state.startup = self.startup.record()
+
+    def __getattr__(self, name: str):
+        return getattr(self.handler, name)
 
 
 def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, receive: Callable[[Any], Any],
-               kind: str = "the job") -> Any:
+               kind: JobKind, startup: Optional[Startup] = None) -> Any:
     """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and job (`transfer.Packed`); its arrays
     go into the object store once, here, and every worker (and every replaced worker group) maps them from
     there. `receive(result)` runs while the objects in the result (the trained weights, owned by rank 0)
-    still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another."""
+    still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another. `startup`:
+    train()'s start-up timeline, marked here (object store, sink start)."""
     import ray
 
     from .. import code_paths
@@ -48,11 +89,16 @@ def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, recei
     # The driver's import path goes with every job (it may have grown since the group started); modules
     # only the driver has are shipped when other nodes may run workers (code_paths.py).
     code = code_paths.capture(ship=workers_may_be_elsewhere(), put=ray.put)
-    posted = group.post(packed.payload, data, max_failures, code=code, kind=kind)
-    if posted is None:
+    if startup is not None:
+        startup.driver.mark("object store")
+    job_id = group.post(packed.payload, data, max_failures, code=code, kind=kind)
+    if job_id is None:
         return NOT_POSTED
+    if startup is not None:
+        startup.driver.mark("sink start")
+        startup.posted_at = time.time()  # rank 0's taking the job, stamped by the sink, ends "group start"
     try:
-        return _pump_job(group, posted["id"], handler, receive)
+        return _pump_job(group, job_id, handler, receive)
     except _JobFailed as failed:  # a worker raised: Ray Train replaces the group, which serves the next call
         error = TrainingError(str(failed))
         error.worker_traceback = failed.worker_traceback
@@ -71,39 +117,46 @@ class _JobFailed(Exception):
         self.worker_traceback = worker_traceback
 
 
-def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[Any], Any]) -> Any:
+def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[Any], Any],
+              get: Optional[Callable[[Any], Any]] = None) -> Any:
     """Run callbacks on the job's events as they come, and read the result as soon as rank 0 has set it
-    (it waits for that: it owns the trained weights' object). Events of an earlier job are dropped."""
-    import ray
+    (it waits for that: it owns the trained weights' object). Messages of an earlier job are dropped.
+    `get`: `ray.get`; the tests pass their own, with a plain sink behind a fake group (tests/coordinator)."""
+    if get is None:
+        import ray
 
+        get = ray.get
     sink = group.sink
     outcome: Dict[str, Any] = {}
 
     def take():
         try:
-            outcome["result"] = receive(ray.get(sink.get_result.remote()))
+            outcome["result"] = receive(get(sink.get_result.remote()))
         except BaseException as exc:
             outcome["receive_error"] = exc
         finally:
-            ray.get(sink.mark_result_taken.remote(job_id))
+            get(sink.mark_result_taken.remote(job_id))
 
     def pump(timeout_s: float):
-        """Answer rank 0's control requests once the events before them are handled, so a decision reflects
+        """Answer rank 0's control requests once the messages before them are handled, so a decision reflects
         everything up to that point; take the result when rank 0 says it is there."""
-        for event in ray.get(sink.wait_events.remote(timeout_s)):
-            kind = event["kind"]
-            if kind == "control_request":
-                sink.decide.remote(event["id"], handler.take_control())
-            elif event.get("job") != job_id:
+        for message in get(sink.wait_events.remote(timeout_s)):
+            kind = message.kind
+            if kind is Kind.CONTROL_REQUEST:
+                sink.decide.remote(message.id, decision(handler))
+            elif kind is Kind.STALL:  # told whatever its job: a hang is worth a line at any time
+                tell_stall(message)
+            elif message.job != job_id:
                 continue
-            elif kind == "result_ready":
+            elif kind is Kind.RESULT_READY:
                 take()
-            elif kind == "job_failed":
-                outcome["failed"] = event["error"]
-            else:
-                if kind == "error":  # the first failed rank's traceback, kept for TrainingError.worker_traceback
-                    outcome.setdefault("traceback", event.get("traceback", ""))
-                handler.handle(event)
+            elif kind is Kind.JOB_FAILED:
+                outcome["failed"] = message.error
+            elif kind is Kind.EVENT:
+                if message.name == ERROR:  # the first failed rank's traceback, for TrainingError.worker_traceback
+                    outcome.setdefault("traceback", message.payload.get("traceback", ""))
+                handler.handle(message.as_callback_event())
+            # Kind.FAILURE: the job is re-served to the group Ray Train starts next (which logs the failure)
 
     def ended() -> bool:
         return any(k in outcome for k in ("result", "receive_error", "failed"))

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import gc
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..callbacks.channel import Emitter
+from ..protocol import ERROR, Job, JobKind
+from ..startup import Timeline
 from ..verbosity import configure_worker
-from .context import WorkerContext
+from ..worker_context import WorkerContext
 from .evaluation import evaluation_loop
 from .events import LoopEvents
 from .loop import TrainLoop
@@ -23,20 +25,25 @@ from .process_options import setup_process
 from .user_errors import WorkerError, quiet_wrapped_tracebacks
 
 
-def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, on_ray: bool = False) -> Any:
+def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, on_ray: bool = False,
+            startup: Optional[Timeline] = None, taken_at: Optional[float] = None) -> Any:
+    """`startup`: a train job's start-up timeline on this rank, from the job's receipt (`startup.py`);
+    `taken_at`: the sink's stamp of rank 0 taking the job."""
     trainer.ctx = ctx
     trainer._place_auxiliary_modules()
     events = LoopEvents(trainer, ctx, emitter, job.get("control_points", ()), job.get("rank_callbacks", ()))
-    kind = job["kind"]
-    if kind == "train":
-        return TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from"), on_ray=on_ray).run()
+    kind = JobKind(job["kind"])
+    if kind is JobKind.TRAIN:
+        loop = TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from"), on_ray=on_ray)
+        loop.startup, loop.taken_at = startup, taken_at  # its set-up marks the rest and rank 0 reports them
+        return loop.run()
 
     # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.
     setup_process(trainer.args, ctx.device)  # seed or full_determinism, tf32, as for training
     model = trainer.model if trainer.model is not None else trainer.model_init()
     trainer.model = trainer.model_wrapped = model.to(ctx.device)
     dataset = job["dataset"]
-    if kind == "evaluate":
+    if kind is JobKind.EVALUATE:
         dataloader = trainer.get_eval_dataloader(dataset)
         output = evaluation_loop(trainer, dataloader, ignore_keys=job.get("ignore_keys"),
                                  metric_key_prefix=job["prefix"], on_step=events.emit)
@@ -59,43 +66,46 @@ def ray_worker_main(config: Dict[str, Any]):
     last = None
     while True:
         try:
-            spec = ray.get(sink.next_job.remote(last, ctx.rank, ctx.world_size))
+            posted = ray.get(sink.next_job.remote(last, ctx.rank, ctx.world_size))
         except ray.exceptions.RayActorError:  # the driver released the group (or is gone): nothing to serve
             return
-        if spec is None:
+        if posted is None:
             return
-        last = spec["id"]
-        serve(spec, ctx, sink)
+        last = posted.id
+        serve(posted, ctx, sink)
         release_memory(ctx)
 
 
-def serve(spec: Dict[str, Any], ctx: WorkerContext, sink):
+def serve(posted: Job, ctx: WorkerContext, sink):
+    """Run one job from the board; rank 0 hands its result to the sink."""
     import ray
 
     from .. import code_paths, transfer
 
-    emitter = Emitter(sink, ctx.rank, job=spec["id"])
-    kind = spec.get("kind", "the job")
+    startup = Timeline()  # the job received: the start-up's worker side begins (startup.py)
+    emitter = Emitter(sink, ctx.rank, job=posted.id)
+    kind = posted.job_kind
     try:
-        code_paths.install(spec.get("code"), fetch=ray.get)  # what the driver imports, importable here too
+        code_paths.install(posted.code, fetch=ray.get)  # what the driver imports, importable here too
         # The weights and large data come from the object store (zero-copy on the driver's node).
-        trainer, job = transfer.unpack(spec["payload"], ray.get(spec["data"]))
+        trainer, job = transfer.unpack(posted.payload, ray.get(posted.data))
     except Exception as exc:  # a module this node lacks: every try would fail alike, so the job fails now
         error = WorkerError.of(exc, ctx.rank, kind, fatal=True)
-        emitter.emit("error", traceback=error.worker_traceback)
+        emitter.emit(ERROR, traceback=error.worker_traceback)
         emitter.flush(wait=True)
         raise error from None
     levels = job.get("log_levels", {})
     configure_worker(levels.get(ctx.rank, levels.get("replica")))
     try:
-        result = run_job(trainer, job, ctx, emitter, on_ray=True)
+        startup.mark("unpack")
+        result = run_job(trainer, job, ctx, emitter, on_ray=True, startup=startup, taken_at=posted.taken_at)
     except Exception as exc:  # the user's error, as one line on the driver (the traceback travels with it)
         error = WorkerError.of(exc, ctx.rank, kind)
-        emitter.emit("error", traceback=error.worker_traceback)
+        emitter.emit(ERROR, traceback=error.worker_traceback)
         emitter.flush(wait=True)
         raise error from None
     except BaseException:
-        emitter.emit("error", traceback=traceback.format_exc())
+        emitter.emit(ERROR, traceback=traceback.format_exc())
         emitter.flush(wait=True)
         raise
     emitter.flush(wait=True)

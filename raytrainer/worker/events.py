@@ -17,7 +17,6 @@ from typing import Any, Iterable
 import torch
 
 from ..callbacks.base import CONTROL_FLAGS, call, listens_to, reset_control
-from ..callbacks.stateful import STATES_KEY
 from ..state import TrainerControl
 
 
@@ -40,13 +39,14 @@ class LoopEvents:
         ask = event in self.control_points
         if self.ctx.is_main:  # an event the driver decides on travels with the request, in one call
             self.emitter.emit(event, hold=ask, global_step=state.global_step, epoch=state.epoch, **payload)
-        if not ask and not local:
+        # A rank callback marked observes_only (the profiler) never changes control: no all-reduce for it.
+        if not ask and all(getattr(c, "observes_only", False) for c in local):
             return control
         flags = [int(getattr(control, name)) for name in CONTROL_FLAGS]
         if ask and self.ctx.is_main:
-            decided = self.emitter.request_control()
-            state.stateful_callbacks.update(decided.get(STATES_KEY) or {})  # saved with the next checkpoint
-            flags = [f | int(decided.get(name, False)) for f, name in zip(flags, CONTROL_FLAGS)]
+            decided = self.emitter.request_control()  # a protocol.Decision
+            state.stateful_callbacks.update(decided.states)  # saved with the next checkpoint
+            flags = [f | int(decided.flags.get(name, False)) for f, name in zip(flags, CONTROL_FLAGS)]
         if self.ctx.distributed:
             flags = self.ctx.all_reduce_max(torch.tensor(flags, dtype=torch.int32, device=self.ctx.device)).tolist()
         for name, value in zip(CONTROL_FLAGS, flags):

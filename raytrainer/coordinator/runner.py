@@ -1,0 +1,114 @@
+"""Where a Trainer's job runs: in this process (num_workers=0), or on a worker group of the process's pool.
+
+`Trainer._run` packs the job (`preflight.serialise`) and hands it here. The policy:
+- take an idle group of the pool that can run it (the Trainer's last one first, else any Trainer's:
+  `holders.take_idle`), else start a new one, after releasing the Trainer's last group and saying why
+  (a warning, unless a group per call was asked for with worker_idle_timeout_s=0);
+- mark it busy while the job runs, so no other call takes or releases it (`holders.py`);
+- post the job and pump its events (`launcher.run_on_ray`); if the group's board closed (idle timeout) just
+  as the job was posted, take or start another group, once;
+- for train(): complete the start-up timeline preflight began (`startup.py`), log it at the first step and
+  write it into the result's trainer state.
+
+The runner reads the Trainer's `args`, `callback_handler`, `_group` (its last group) and `_created_at`
+(named as the group's owner), and releases its last group through `Trainer.close()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any, Callable, Dict, Optional
+
+from .. import transfer
+from ..data import ray_data
+from ..protocol import JobKind
+from ..scaling import bounds
+from ..startup import Startup, Timeline, add_to_state_json
+from . import cluster, holders, launcher
+from .group import Spec, WorkerGroup
+from .launcher import TrainingError
+
+logger = logging.getLogger("raytrainer")
+
+
+def run(trainer, packed, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
+        receive: Optional[Callable[[Any], Any]] = None) -> Any:
+    """Run the packed job (`transfer.Packed`) for `trainer`; `receive(result)` runs while the result's objects
+    (the trained weights, owned by rank 0) still exist. `datasets`: the Ray Datasets Ray Train shards."""
+    kind, receive = JobKind(kind), receive or (lambda result: result)
+    # train()'s start-up timeline, started by preflight (startup.py): logged at the first step, kept in the state
+    startup = trainer.__dict__.pop("_startup", None) if kind is JobKind.TRAIN else None
+    handler = trainer.callback_handler if startup is None else launcher.WatchStartup(trainer.callback_handler,
+                                                                                       startup)
+    if startup is not None:
+        receive = _recording_startup(receive, handler)
+    if trainer.args.max_workers == 0:
+        # Work on a copy, as a worker would: the driver's model changes only from the result.
+        marks = Timeline()
+        copy, job = transfer.unpack(packed.payload, packed.data)
+        marks.mark("unpack")
+        return receive(launcher.run_in_process(copy, job, handler, use_gpu, startup=marks))
+    for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
+        group = worker_group(trainer, kind, datasets, use_gpu, startup)
+        if startup is not None:
+            startup.driver.mark("group")
+        group.busy = True  # no other call takes or releases it meanwhile (holders.py)
+        try:
+            result = launcher.run_on_ray(group, packed, handler, trainer.args.max_failures, receive, kind=kind,
+                                         startup=startup)
+        finally:
+            group.busy = False
+        if result is not launcher.NOT_POSTED:
+            if kind is JobKind.TRAIN and ray_data.TRAIN in datasets:
+                group.served_train_split = True
+            return result
+    raise TrainingError("The worker group closed twice as a job was posted to it.")
+
+
+def _recording_startup(receive: Callable[[Any], Any], handler: "launcher.WatchStartup") -> Callable[[Any], Any]:
+    """`receive`, after the start-up timeline is logged (if the first step never came) and written into the
+    result's trainer state (`trainer.state.startup`)."""
+    def recorded(result):
+        handler.log_startup()
+        if isinstance(result, dict) and isinstance(result.get("state"), str):
+            result["state"] = add_to_state_json(result["state"], handler.startup.record())
+        return receive(result)
+
+    return recorded
+
+
+def worker_group(trainer, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
+                 startup: Optional[Startup] = None) -> WorkerGroup:
+    """An idle group of the process's pool that can run the job (the Trainer's last one first, else any
+    Trainer's), else a new one: the idle groups that hold what it needs are released first. `startup`: told
+    whether the group is new or reused."""
+    args = trainer.args
+    spec = Spec.of(args, use_gpu, datasets)
+    owner = f"the Trainer created at {trainer._created_at}"
+    group = holders.take_idle(spec, kind, prefer=trainer._group)
+    if group is None:
+        if trainer._group is not None:
+            old = trainer._group
+            expected = not old.alive and old.spec.worker_idle_timeout_s == 0  # asked for: a group per call
+            logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): "
+                       "%s.", kind, old.why_not_reused(spec))
+            trainer.close()
+        need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
+        if datasets:  # Ray Data's tasks need CPUs besides the workers': an idle group must not hold them
+            need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
+        holders.check_room(need, f"{kind}() with {args.num_workers} workers")
+        group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
+                            owner=owner)
+        holders.hold(group)
+        if startup is not None:
+            startup.group = "new"
+    else:
+        if startup is not None:
+            startup.group = "reused"
+        if group is not trainer._group:
+            logger.info("%s() runs on an idle worker group of this process (%s).", kind, group.owner)
+            group.owner = owner
+    group.user = weakref.ref(trainer)
+    trainer._group = group
+    return group

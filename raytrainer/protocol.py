@@ -1,0 +1,196 @@
+"""The messages between the driver, the event sink actor and the workers.
+
+Every arrow below is a Ray actor call on the sink (`coordinator/sink.py`); `⇐` is what it returns. The sink
+lives on the driver's node for a worker group's life; workers and Ray Train's controller reach it through
+its handle.
+
+    driver    → post_job(Job, max_failures) ⇐ Posted          the job board: one job at a time
+    worker    → next_job(last_id, rank, world_size) ⇐ Job | None   (None: the board closed, return)
+    worker    → push([Event | Stall, ...])                      buffered by the worker's Emitter
+    rank 0    → push_and_await([Event, ...]) ⇐ Decision         queues the events, then a ControlRequest
+    driver    → decide(ControlRequest.id, Decision)             once it has handled every message before it
+    rank 0    → set_result(result, job)                         queues ResultReady
+    controller→ record_failure(cause, error, fatal) ⇐ give_up    queues Failure (re-served) or JobFailed
+    any       → record_cause(Reason, text)                       why the current worker group is ending
+    rank 0    → group_started(GroupStart) ⇐ RestartHistory | None
+    driver    → request_stop(reason); rank 0 → wait_stop ⇐ reason | None     Ctrl-C
+    driver    → wait_events(timeout) ⇐ [Event | ControlRequest | ResultReady | Failure | JobFailed | Stall]
+
+The driver reads the queue in arrival order; a message with another job's id is a finished job's straggler
+and is dropped (a Stall is told whatever its job). Everything here is a frozen dataclass with slots: Ray
+pickles each one, and a plain class with a few fields costs about what the dict it replaces did.
+
+This module is foundation level: the worker, callbacks and coordinator layers all import it.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+
+
+class Kind(enum.Enum):
+    """What a message is. The driver's pump dispatches on it (`coordinator/launcher.py`)."""
+    JOB = "job"                          # driver → workers: run this (the job board)
+    EVENT = "event"                      # a callback event from a rank (callbacks/events.py names, or "error")
+    CONTROL_REQUEST = "control_request"  # rank 0 waits for the driver's decision on the events before it
+    DECISION = "decision"                # the driver's answer: control flags and callback states
+    RESULT_READY = "result_ready"        # rank 0 handed in the job's result: the driver takes it
+    FAILURE = "failure"                  # a worker group failed; the job in flight is re-served
+    JOB_FAILED = "job_failed"            # ... past the job's max_failures (or fatal): the driver raises
+    STALL = "stall"                      # a rank made no progress for a while (the hang watchdog)
+
+
+class JobKind(str, enum.Enum):
+    """The calls a worker group serves. A str, so a job's kind reads as its name (`train()` failed on ...)."""
+    TRAIN = "train"
+    EVALUATE = "evaluate"
+    PREDICT = "predict"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reason(str, enum.Enum):
+    """Why a worker group ended, as recorded in trainer_state.json's restarts ("reason")."""
+    FAILURE = "failure"        # a worker died or raised (Ray Train's UserCallback)
+    PREEMPTION = "preemption"  # rank 0, after the preemption checkpoint committed
+    RESIZE = "resize"          # Ray Train's elastic monitor found room for another size
+    RESTART = "restart"        # none of the above was recorded
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The event a failed rank sends with its traceback (callbacks see it as `on_error(traceback=...)`).
+ERROR = "error"
+
+
+# ---------------------------------------------------------------------------------------- driver → workers
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job on the board. `payload`: the pickled (trainer, work order) of `transfer.pack`, `data`: the object
+    ref of its arrays, `code`: the driver's import path and modules (`code_paths.DriverCode`), `taken_at`: when
+    rank 0 took it (`time.time()` of the sink, on the driver's node: the end of `group start` in startup.py)."""
+    id: str
+    job_kind: JobKind
+    payload: bytes
+    data: Any
+    code: Any = None
+    taken_at: Optional[float] = None
+    kind: ClassVar[Kind] = Kind.JOB
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    """`post_job`'s answer. `closed`: why the board had closed (the driver then starts another group);
+    `idle_failures`: the failures the group went through while idle, for the driver to tell."""
+    closed: Optional[str] = None
+    idle_failures: Tuple[str, ...] = ()
+
+    @property
+    def posted(self) -> bool:
+        return self.closed is None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The driver's control decision: the flags its callbacks set, and their exported states (saved with the
+    next checkpoint's trainer_state.json)."""
+    flags: Mapping[str, bool] = field(default_factory=dict)
+    states: Mapping[str, Any] = field(default_factory=dict)
+    kind: ClassVar[Kind] = Kind.DECISION
+
+
+# ---------------------------------------------------------------------------------------- workers → driver
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A callback event (`callbacks/events.py`), or "error" with a rank's traceback. `payload` holds the
+    callback's keyword arguments (global_step and epoch included)."""
+    name: str
+    rank: int
+    job: Optional[str]
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+    kind: ClassVar[Kind] = Kind.EVENT
+
+    def as_callback_event(self) -> Dict[str, Any]:
+        """The callbacks' own event shape (`CallbackHandler.handle`)."""
+        return {"kind": self.name, "rank": self.rank, "time": self.time, **self.payload}  # a restart has its own time
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRequest:
+    """Queued by the sink after the events rank 0 sent with it; `id` is what the decision answers."""
+    id: int
+    rank: int = 0
+    time: float = field(default_factory=time.time)
+    job: Optional[str] = None
+    kind: ClassVar[Kind] = Kind.CONTROL_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ResultReady:
+    """Rank 0 handed in `job`'s result; it stays in the sink until the driver reads it."""
+    job: Optional[str]
+    time: float = field(default_factory=time.time)
+    kind: ClassVar[Kind] = Kind.RESULT_READY
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A worker group failed while `job` ran; Ray Train replaces the group and the job is re-served."""
+    job: str
+    cause: str
+    error: str
+    time: float = field(default_factory=time.time)
+    kind: ClassVar[Kind] = Kind.FAILURE
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed:
+    """`job` failed for good (past its max_failures, or an error no restart can help): the driver raises
+    `error`."""
+    job: str
+    cause: str
+    error: str
+    time: float = field(default_factory=time.time)
+    kind: ClassVar[Kind] = Kind.JOB_FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A rank has made no progress for `seconds` in `phase` (a hook such as "callback on_step_end", or a
+    collective): reported by the hang watchdog, printed by the driver as a warning."""
+    rank: int
+    phase: str
+    seconds: float
+    job: Optional[str] = None
+    time: float = field(default_factory=time.time)
+    kind: ClassVar[Kind] = Kind.STALL
+
+    def describe(self) -> str:
+        return f"[raytrainer] rank {self.rank} has made no progress for {self.seconds:.0f} s in {self.phase}"
+
+
+# ---------------------------------------------------------------------------------------- restarts
+@dataclass(frozen=True, slots=True)
+class GroupStart:
+    """What rank 0 of each new worker group tells the sink once (`group_started`)."""
+    world_size: int
+    global_step: int
+    checkpoint: Optional[str]
+    gradient_accumulation_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class RestartHistory:
+    """`group_started`'s answer for a group that replaces another in the same job: the restart record (why
+    the previous group ended), the resize record if the world size changed, and every restart and resize of
+    the job so far. The records are plain dicts: they go into trainer_state.json as they are."""
+    restart: Dict[str, Any]
+    resize: Optional[Dict[str, Any]]
+    restarts: Tuple[Dict[str, Any], ...]
+    resizes: Tuple[Dict[str, Any], ...]
