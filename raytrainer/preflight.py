@@ -5,17 +5,20 @@ Each failure is a `ConfigError` that names the problem and the fix.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, Optional
 
 import cloudpickle
 import torch
 
 from . import optimizers
-from .data.columns import LABEL_ALIASES, count_label_items, dataset_columns
+from .data.columns import LABEL_ALIASES, count_label_items, dataset_columns, dropped_label_columns
 from .data.ray_data import check_train_length, is_ray_dataset, sample_rows
 from .errors import ConfigError
+from .startup import Startup
 
-DRIVER_ONLY = ("callback_handler", "_group")
+DRIVER_ONLY = ("callback_handler", "_group", "_startup")
 
 
 def check_dataset(dataset: Any, name: str):
@@ -34,7 +37,8 @@ def check_dataset(dataset: Any, name: str):
 
 def check_inputs(trainer, training: bool):
     args = trainer.args
-    if training:
+    if training:  # train()'s first step: its start-up timeline starts here (startup.py, coordinator/runner.py)
+        trainer._startup = Startup()
         if trainer.train_dataset is None:
             raise ConfigError("train() needs a train_dataset: pass Trainer(train_dataset=...).")
         check_dataset(trainer.train_dataset, "train_dataset")
@@ -65,24 +69,82 @@ def check_inputs(trainer, training: bool):
 
 
 def check_loss(trainer, dataset: Any, dataset_name: str):
-    """Run the loss on two samples, on the driver, so a missing label column or a model that returns no loss
-    fails here rather than in every worker. Skipped with model_init (no model object on the driver yet)."""
+    """Run the loss on two samples, on the driver, so a missing or dropped label column, a model that returns
+    no loss, or a loss training cannot use (not a scalar, no gradient, NaN) fails here rather than in every
+    worker. Skipped with model_init (no model object on the driver yet)."""
     model = trainer.model
     if model is None or dataset is None:
         return
+    started = time.perf_counter()
+    try:
+        _check_loss(trainer, model, dataset, dataset_name)
+    finally:
+        startup = getattr(trainer, "_startup", None)
+        if startup is not None:
+            startup.loss_check_s = time.perf_counter() - started
+
+
+def _check_loss(trainer, model, dataset: Any, dataset_name: str):
     rows = sample_rows(dataset) if is_ray_dataset(dataset) else [dataset[i] for i in range(min(2, len(dataset)))]
     batch = trainer._collator()(rows)
+    _check_labels_kept(trainer, rows, batch, dataset_name)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     was_training = model.training
+    items = count_label_items(batch, trainer.label_names)
     try:
-        with torch.no_grad():
-            trainer._call_compute_loss(model, batch,
-                                       num_items_in_batch=count_label_items(batch, trainer.label_names))
+        # With gradients on, to see that the loss reaches the parameters; the graph keeps none of the activations
+        # backward would need (dropped as they are saved), so memory stays as under no_grad.
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_drop, _drop):
+            loss = trainer._call_compute_loss(model, batch, num_items_in_batch=items)
     except Exception as exc:
         raise ConfigError(_loss_failure(trainer, dataset, dataset_name, exc)) from exc
     finally:
         model.train(was_training)
+    _check_loss_value(trainer, loss, dataset_name, items)
+
+
+def _drop(_):
+    return None
+
+
+def _check_labels_kept(trainer, rows: list, batch: dict, dataset_name: str):
+    """A label column the collator dropped (text: the default collator batches numbers only) would train a
+    model without labels, or fail later as 'no loss'."""
+    for name, example in dropped_label_columns(rows, batch, trainer.label_names):
+        raise ConfigError(
+            f"{dataset_name}'s {name!r} column holds {type(example).__name__} values (e.g. {example!r}), which the "
+            "data collator dropped: the model would get no labels. Map them to numbers first (class ids: "
+            f"dataset.class_encode_column({name!r}), or a label2id dict in dataset.map; token ids for text "
+            "targets), or pass a data_collator that turns them into tensors.")
+
+
+def _check_loss_value(trainer, loss: Any, dataset_name: str, items: Optional[int]):
+    """What backward() and the optimizer need: a tensor, a scalar, a graph to the parameters, a finite value."""
+    where = f"The loss on two samples of {dataset_name} (computed on the driver before any worker started)"
+    source = "compute_loss_func" if trainer.compute_loss_func is not None else f"{type(trainer).__name__}.compute_loss"
+    if not isinstance(loss, torch.Tensor):
+        raise ConfigError(f"{where} is a {type(loss).__name__}, not a torch tensor: {source} must return the loss "
+                          "tensor (a scalar computed from the model's outputs).")
+    if loss.dim() != 0:
+        raise ConfigError(f"{where} has shape {tuple(loss.shape)}, not a scalar: reduce it in {source} (.mean() "
+                          "over its items, or .sum() / num_items_in_batch) so that backward() gets one number.")
+    if not loss.requires_grad:
+        frozen = not any(p.requires_grad for p in trainer.model.parameters())
+        why = (f"no parameter of {type(trainer.model).__name__} requires grad: unfreeze the ones to train "
+               "(param.requires_grad_(True))" if frozen else
+               f"{source} cut it off the model's parameters: do not .detach() it, call .item() on it or compute it "
+               "under torch.no_grad(), and build it from the model's outputs")
+        raise ConfigError(f"{where} does not require grad, so training could not update anything: {why}.")
+    value = float(loss.detach())
+    if not torch.isfinite(loss.detach()) and items != 0:  # no label item in these rows: a 0/0 is theirs, not a bug
+        if trainer.args.on_nonfinite_loss == "skip":
+            logging.getLogger("raytrainer").warning("%s is %s; on_nonfinite_loss='skip' skips such steps.", where,
+                                                    value)
+            return
+        raise ConfigError(f"{where} is {value}: check the labels (values the loss accepts, rows with some label "
+                          "not -100), the inputs and the model's initialisation and dtype; or set "
+                          "on_nonfinite_loss='skip' to train on past steps with a NaN/Inf loss.")
 
 
 def _loss_failure(trainer, dataset, dataset_name: str, exc: Exception) -> str:
@@ -103,8 +165,14 @@ def serialise(trainer, job: Optional[dict] = None):
     suggests model_init."""
     from .transfer import pack
 
+    startup = getattr(trainer, "_startup", None) if (job or {}).get("kind") == "train" else None
+    if startup is not None:
+        startup.driver.mark("preflight")
     try:
-        return pack((trainer, job))
+        packed = pack((trainer, job))
+        if startup is not None:
+            startup.driver.mark("pack")
+        return packed
     except Exception as exc:
         dataset = (job or {}).get("dataset")
         if dataset is not None and _unpicklable_attribute({"dataset": dataset}) is not None:
@@ -129,7 +197,8 @@ def _unpicklable_attribute(trainer) -> Optional[str]:
     return None
 
 
-def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[str]):
+def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[str],
+                                 resume_state: Optional[dict] = None):
     """Precision, compilation, FSDP wrapping and a resume at another world size: checked here, where we know
     whether the workers get GPUs (`use_gpu`: the cluster's GPUs, or CUDA in this process for num_workers=0)."""
     args = trainer.args
@@ -152,25 +221,17 @@ def check_strategy_and_precision(trainer, use_gpu: bool, resume_url: Optional[st
 
         check_wrap_classes(trainer.model, (args.fsdp_config or {}).get("transformer_layer_cls_to_wrap"))
     if resume_url is not None:
-        _check_resume(trainer, resume_url)
+        _check_resume(trainer, resume_url, resume_state or {})
 
 
-def _check_resume(trainer, resume_url: str):
-    from .checkpoint.listing import read_trainer_state
-    from .checkpoint.sharded import MODEL_DIR, is_sharded
+def _check_resume(trainer, resume_url: str, state: dict):
+    from .checkpoint.sharded import is_sharded, strategy_mismatch
     from .data.global_batch import accumulation_to_keep
     from .state import OWN_STATE_KEY
 
     args = trainer.args
-    sharded = is_sharded(resume_url, args.storage_options)
-    if sharded != (args.strategy == "fsdp"):
-        raise ConfigError(
-            f"resume_from_checkpoint={resume_url!r} is a sharded FSDP checkpoint ({MODEL_DIR}/): resume it with "
-            "strategy='fsdp', or turn it into model.safetensors with `raytrainer consolidate` and start a new run "
-            "from those weights." if sharded else
-            f"resume_from_checkpoint={resume_url!r} is a full (DDP) checkpoint and strategy='fsdp' resumes from "
-            "sharded ones: resume it with strategy='ddp', or start the FSDP run from its weights.")
-    state = read_trainer_state(resume_url, args.storage_options) or {}
+    if is_sharded(resume_url, args.storage_options) != (args.strategy == "fsdp"):
+        raise ConfigError(strategy_mismatch(f"resume_from_checkpoint={resume_url!r}", args.strategy == "fsdp"))
     own = (state.get("stateful_callbacks") or {}).get(OWN_STATE_KEY)
     for world_size in range(max(args.min_workers, 1), max(args.max_workers, 1) + 1):  # every size it may take
         accumulation_to_keep(own, args, world_size)  # raises when the global batch cannot be kept

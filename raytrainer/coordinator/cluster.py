@@ -6,7 +6,7 @@ import logging
 import math
 import os
 import sys
-from typing import Dict
+from typing import Dict, Tuple
 
 from ..errors import ConfigError
 from ..scaling import Workers, bounds
@@ -31,11 +31,34 @@ def connect(address: str | None = None):
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
     address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
     quiet_driver()
-    # The dashboard stays on (Ray's default): Ray Train's placement-group cleaner queries the state API
-    # it serves, and warns every few seconds without it.
-    ray.init(address=address, logging_level=logging.WARNING,
-             runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
+    env_vars, dashboard = {"RAY_TRAIN_V2_ENABLED": "1"}, {}
+    if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
+        port, own = own_state_api()
+        env_vars, dashboard = {**env_vars, **own}, {"dashboard_port": port}
+    ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **dashboard)
     filter_forwarded_logs()
+
+
+# Ray Train's placement-group cleaner (a detached actor of every run) asks the state API whether the run's
+# controller is alive, and removes the group's placement group when it is not. It finds that API as any Ray
+# CLI does: RAY_API_SERVER_ADDRESS, else RAY_ADDRESS, else the cluster `ray start` last recorded on this
+# machine (/tmp/ray/ray_current_cluster), else the only Ray running here. On a machine with several Rays (a
+# `ray start` cluster beside this process's own, other users', a test suite's), that is another cluster's
+# dashboard: it answers "no such actor", the live controller is taken for dead and the group torn down, a
+# failure for nothing. (With include_dashboard=False this Ray serves no state API at all.) So a Ray started
+# here keeps its dashboard on a port chosen now, and its processes are pointed at it.
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
+
+
+def own_state_api() -> Tuple[int, Dict[str, str]]:
+    """A dashboard port free now, and the environment that points this Ray's processes (the cleaner) at it:
+    `ray.init(address="local", dashboard_port=port, runtime_env={"env_vars": {..., **env}})`."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return port, {API_SERVER_ENV: f"http://127.0.0.1:{port}"}
 
 
 def _running_local_cluster() -> str:

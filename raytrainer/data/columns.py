@@ -95,6 +95,18 @@ class ColumnFilter:
         return self.collator([{k: v for k, v in f.items() if k in self.keep} for f in features])
 
 
+def dropped_label_columns(rows: list, batch: dict, label_names: Iterable[str]) -> List[Tuple[str, Any]]:
+    """(label column, an example value) for each label column of the rows that the collated batch lacks: a
+    collator drops what it cannot batch (DefaultCollator: text and None) without a word."""
+    dropped = []
+    for name in label_names:
+        aliases = (name,) + (LABEL_ALIASES if name == "labels" else ())
+        source = next((a for a in aliases if rows and isinstance(rows[0], dict) and a in rows[0]), None)
+        if source is not None and name not in batch and source not in batch:
+            dropped.append((source, rows[0][source]))
+    return dropped
+
+
 def label_items(batch: dict, label_names: Iterable[str], shift: bool = False) -> Optional[torch.Tensor]:
     """Label elements that count towards the loss (not IGNORE_INDEX), as a tensor on the labels' device (no
     host sync); None if the batch has no labels. `shift`: the model predicts the next label (a causal LM), so

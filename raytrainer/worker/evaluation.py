@@ -19,6 +19,7 @@ from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.ray_batches import RayEvalLoader, interleave
 from ..state import EvalPrediction, PredictionOutput
 from .batch_metrics import BatchMetrics
+from .watchdog import current as current_watchdog
 
 PAD = -100
 
@@ -121,7 +122,9 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     interleaved = isinstance(dataloader, RayEvalLoader)
     missing = 0 if interleaved else _passes_behind(trainer, dataloader)
     batch = None
+    watch = current_watchdog()  # a mark per batch: a long evaluation is progress, not a stall
     for batch in dataloader:
+        watch.phase("evaluation batch")
         size = _batch_size(batch)
         loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
         if loss is not None:
@@ -162,6 +165,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
 
     metrics = {}
     if ctx.is_main:
+        watch.phase("compute_metrics")
         if batch_metrics is not None:
             metrics = batch_metrics
         elif trainer.compute_metrics is not None and all_preds is not None and all_labels is not None:

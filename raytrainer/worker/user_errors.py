@@ -88,17 +88,31 @@ def describe(exc: BaseException, rank: int, kind: str) -> str:
     said = f"{method} raised {what}" if method else what
     place = f" ({where})" if where else ""
     hint = ""
-    if isinstance(exc, ModuleNotFoundError):
-        hint = " " + missing_module_hint(exc.name)
+    missing = _missing_module(exc)
+    if missing is not None:
+        hint = " " + missing_module_hint(missing.name)
     end = "" if place == "" and said.endswith((".", "!", "?")) else "."
     return f"{kind}() failed on worker rank {rank}: {said}{place}{end}{hint}"
+
+
+def _missing_module(exc: BaseException) -> Optional[ModuleNotFoundError]:
+    """The ModuleNotFoundError behind `exc`: itself, or what it was raised from (an unpickling error wraps it)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ModuleNotFoundError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)  # as tracebacks show
+    return None
 
 
 def missing_module_hint(name: Optional[str]) -> str:
     return (f"The workers cannot import {name!r}. raytrainer puts the driver's sys.path on the workers and, on a "
             "multi-node cluster, ships the modules the driver imported from outside site-packages; this one was "
             "in neither. Install it on every node, or start Ray with its code: ray.init(runtime_env={'working_dir':"
-            " '.', 'py_modules': [...]}) or `ray job submit --working-dir . --runtime-env-json ...`.")
+            " '.', 'py_modules': [...]}) or `ray job submit --working-dir . --runtime-env-json ...`, or put its "
+            "folder on the workers' PYTHONPATH (runtime_env={'env_vars': {'PYTHONPATH': ...}}, or PYTHONPATH set "
+            "on every node before `ray start`).")
 
 
 class DropWrappedTracebacks(logging.Filter):

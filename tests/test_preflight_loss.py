@@ -1,0 +1,122 @@
+"""The driver's 2-sample loss check: a loss training cannot use (not a tensor, not a scalar, no gradient, NaN)
+and a label column the collator dropped fail on the driver, naming the fix; a worker's missing module names
+where code comes from. No Ray: the check runs in this process."""
+
+import logging
+
+import pytest
+import torch
+
+from raytrainer import ConfigError, Trainer, TrainingArguments, preflight
+from raytrainer.worker.user_errors import describe
+from tests.models import TokenData, make_model
+
+
+def trainer_of(tmp_path, cls=Trainer, model=None, dataset=None, **kw):
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), num_workers=0, max_steps=2, disable_tqdm=True, **kw)
+    return cls(model=model or make_model(), args=args, train_dataset=dataset or TokenData(8))
+
+
+def check(trainer):
+    preflight.check_loss(trainer, trainer.train_dataset, "train_dataset")
+
+
+class PerTokenLoss(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        logits = model(**{k: v for k, v in inputs.items() if k != "labels"})["logits"]
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), inputs["labels"].flatten(), reduction="none")
+
+
+class DetachedLoss(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch).detach()
+
+
+class FloatLoss(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch).item()
+
+
+class NanLoss(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return super().compute_loss(model, inputs, num_items_in_batch=num_items_in_batch) * float("nan")
+
+
+def test_the_default_loss_passes_and_leaves_no_gradient_behind(tmp_path):
+    trainer = trainer_of(tmp_path)
+    check(trainer)
+    assert all(p.grad is None for p in trainer.model.parameters())
+
+
+@pytest.mark.parametrize("cls, message", [
+    (PerTokenLoss, r"has shape \(\d+,\), not a scalar: reduce it in PerTokenLoss.compute_loss \(.mean\(\)"),
+    (DetachedLoss, r"does not require grad.*DetachedLoss.compute_loss cut it off the model's parameters: do not "
+                   r"\.detach\(\) it"),
+    (FloatLoss, r"is a float, not a torch tensor: FloatLoss.compute_loss must return the loss tensor"),
+    (NanLoss, r"is nan: check the labels .* or set on_nonfinite_loss='skip'"),
+])
+def test_a_loss_training_cannot_use_fails_on_the_driver_naming_the_fix(tmp_path, cls, message):
+    with pytest.raises(ConfigError, match=r"The loss on two samples of train_dataset .*" + message):
+        check(trainer_of(tmp_path, cls=cls))
+
+
+def test_a_frozen_model_is_named(tmp_path):
+    model = make_model().requires_grad_(False)
+    with pytest.raises(ConfigError, match=r"no parameter of TinyLM requires grad: unfreeze the ones to train"):
+        check(trainer_of(tmp_path, model=model))
+
+
+def test_a_nan_loss_under_skip_is_a_warning(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="raytrainer"):
+        check(trainer_of(tmp_path, cls=NanLoss, on_nonfinite_loss="skip"))
+    assert "is nan; on_nonfinite_loss='skip' skips such steps" in caplog.text
+
+
+class TextLabels(torch.utils.data.Dataset):
+    def __init__(self, column):
+        self.rows = [{"input_ids": torch.tensor([1, 2, 3]), column: text} for text in ("positive", "negative")]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+@pytest.mark.parametrize("column", ["labels", "label"])
+def test_a_text_label_column_the_collator_drops_is_named(tmp_path, column):
+    with pytest.raises(ConfigError, match=rf"train_dataset's '{column}' column holds str values \(e.g. 'positive'\), "
+                                          r"which the data collator dropped.*class_encode_column"):
+        check(trainer_of(tmp_path, dataset=TextLabels(column)))
+
+
+def test_a_missing_module_on_a_worker_names_runtime_env_working_dir_and_pythonpath():
+    try:
+        try:
+            import no_such_module_for_raytrainer  # noqa: F401
+        except ModuleNotFoundError as exc:
+            raise RuntimeError("Failed to unpickle the trainer") from exc  # as an unpickling layer wraps it
+    except RuntimeError as wrapped:
+        line = describe(wrapped, rank=1, kind="train")
+    assert line.startswith("train() failed on worker rank 1: ")
+    assert "RuntimeError: Failed to unpickle the trainer" in line
+    assert "cannot import 'no_such_module_for_raytrainer'" in line
+    assert "runtime_env" in line and "working_dir" in line and "PYTHONPATH" in line and "\n" not in line
+
+
+def test_the_check_keeps_no_activation_for_backward(tmp_path):
+    """Gradients are on to see that the loss reaches the parameters, but no saved activation is kept: the
+    driver's memory is that of a no_grad forward (a large model's 2 rows would otherwise hold gigabytes)."""
+    trainer = trainer_of(tmp_path)
+    kept = []
+    original = trainer._call_compute_loss
+
+    def spy(*args, **kwargs):
+        loss = original(*args, **kwargs)
+        kept.append(loss)
+        return loss
+    trainer._call_compute_loss = spy
+    check(trainer)
+    assert kept[0].requires_grad
+    with pytest.raises((RuntimeError, TypeError), match="unpack_hook"):  # nothing saved: backward cannot run
+        kept[0].backward()
