@@ -5,14 +5,15 @@
     Trainer(model=model, args=args, train_dataset=train, eval_dataset=val).train()
 """
 
-from .args import TrainingArguments
 from .argparser import ArgumentParser
+from .args import TrainingArguments
 from .callbacks.base import TrainerCallback
 from .callbacks.early_stopping import EarlyStoppingCallback
+from .callbacks.profiler import ProfilerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
-from .callbacks.reporters import register_reporter
 from .data.collator import DefaultCollator
 from .errors import ConfigError, StorageError
+from .report_to import register_reporter
 from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
 from .trainer import Trainer
 
@@ -20,6 +21,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentParser", "ConfigError", "DefaultCollator", "EarlyStoppingCallback", "EvalPrediction",
-    "PredictionOutput", "PrinterCallback", "ProgressCallback", "StorageError", "Trainer", "TrainerCallback",
-    "TrainerControl", "TrainerState", "TrainingArguments", "TrainOutput", "register_reporter",
+    "PredictionOutput", "PrinterCallback", "ProfilerCallback", "ProgressCallback", "StorageError", "Trainer",
+    "TrainerCallback", "TrainerControl", "TrainerState", "TrainingArguments", "TrainOutput", "register_reporter",
 ]

@@ -7,6 +7,7 @@ field and the fix, so a bad script fails in the driver in milliseconds, not minu
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -14,13 +15,15 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
-from .checkpoint.storage import absolute_if_local, join
 from .driver_view import DriverView
 from .errors import ConfigError
+from .fsdp_config import normalise_config, parse_fsdp
 from .hf_args import normalise_hf_fields, validate_hf_fields
 from .hf_fields import HF_FIELDS, OURS_FIELDS
+from .optim import check_optimizer
+from .report_to import normalise_report_to
 from .scaling import bounds, check_elastic_batch, normalise_workers, parse_workers
-from .strategy.fsdp_config import normalise_config, parse_fsdp
+from .storage import absolute_if_local, join
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_free_adamw", "schedule_free_sgd",
@@ -216,8 +219,19 @@ class TrainingArguments(DriverView):
         "A NaN/Inf training loss: 'warn' (train on, as transformers; a warning names the step, also when a "
         "checkpoint is saved after it), 'skip' (warn and skip that optimizer step), 'stop' (fail the run at that "
         "step, nothing saved after it).", default="warn")
+    hang_warning_s: float = _help(
+        "A worker that makes no progress this long (a callback, a collective, data loading, a save that does not "
+        "return) is named on the console with its rank, phase and line; repeated every as long. 0: off.",
+        default=300.0)
+    hang_timeout_s: float = _help(
+        "After this long without progress the stalled worker exits: Ray Train restarts the group from the newest "
+        "committed checkpoint, one failure against max_failures (num_workers=0: a warning only). 0: off.",
+        default=1800.0)
+    peak_flops_per_device: Optional[float] = _help(  # the throughput keys (worker/throughput.py)
+        "Peak FLOP/s of one worker's device, for the train_mfu_percent log key (e.g. 989e12 for an H100 SXM in "
+        "bf16). Default: known GPUs from a table; no MFU key on CPU or an unknown GPU.", default=None)
 
-    # --- reporting and optimizer options (issue 8) ---
+    # --- reporting and optimizer options ---
     report_to: None | str | list[str] = _help(
         "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow' "
         "and those added with register_reporter().", default="none")
@@ -228,7 +242,7 @@ class TrainingArguments(DriverView):
         "Extra optimizer arguments as 'key=value,key=value' (e.g. 'momentum=0.9,nesterov=True' for sgd, "
         "'r=0.5,weight_lr_power=2' for schedule_free_*).", default=None)
 
-    # --- transformers' remaining fields (issue 15). What each does: hf_fields.py, docs/arguments.md ---
+    # --- transformers' remaining fields. What each does: hf_fields.py, docs/arguments.md ---
     # Read by scripts only, as in transformers.
     do_train: bool = _help("Run training. Not read by the Trainer: for scripts (transformers' examples).",
                            default=False)
@@ -333,6 +347,11 @@ class TrainingArguments(DriverView):
     local_rank: int = _refused("local_rank", default=-1)
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, enum.Enum) and isinstance(value.value, str):
+                # transformers' choices are enums there (IntervalStrategy.STEPS == "steps"), strings here
+                setattr(self, f.name, value.value)
         if self.output_dir is None:
             self.output_dir = "trainer_output"
         self.output_dir = str(self.output_dir)  # a Path would collapse 's3://' to 's3:/'
@@ -411,8 +430,6 @@ class TrainingArguments(DriverView):
         if int(self.max_steps) != self.max_steps:
             raise ConfigError(f"max_steps={self.max_steps!r} must be an integer (-1 to train by epochs).")
         self._one_of("optim", OPTIMIZERS)
-        from .optim import check_optimizer  # lazily: optim.py imports this module
-
         check_optimizer(self)
         self._one_of("lr_scheduler_type", SCHEDULERS)
         self._one_of("logging_strategy", INTERVALS)
@@ -451,6 +468,13 @@ class TrainingArguments(DriverView):
         if not self.worker_idle_timeout_s >= 0:
             raise ConfigError(f"worker_idle_timeout_s={self.worker_idle_timeout_s!r} must be >= 0 (seconds; 0 "
                               "releases the workers after each call).")
+        for name in ("hang_warning_s", "hang_timeout_s"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0 seconds (0 turns it off).")
+        if 0 < self.hang_timeout_s <= self.hang_warning_s:
+            raise ConfigError(f"hang_timeout_s={self.hang_timeout_s!r} must be above hang_warning_s="
+                              f"{self.hang_warning_s!r}: the warning names the stalled rank before the timeout "
+                              "restarts the group. Raise hang_timeout_s, or lower hang_warning_s (0 turns it off).")
         if not self.elastic_resize_monitor_interval_s >= 0:
             raise ConfigError(f"elastic_resize_monitor_interval_s={self.elastic_resize_monitor_interval_s!r} must be "
                               ">= 0 seconds.")
@@ -466,6 +490,10 @@ class TrainingArguments(DriverView):
                 raise ConfigError("resources_per_worker asks for a GPU but use_gpu=False: drop one of them.")
         if not 0 <= self.label_smoothing_factor < 1:
             raise ConfigError(f"label_smoothing_factor={self.label_smoothing_factor!r} must be in [0, 1).")
+        if self.peak_flops_per_device is not None and (isinstance(self.peak_flops_per_device, bool) or not isinstance(
+                self.peak_flops_per_device, (int, float)) or not self.peak_flops_per_device > 0):
+            raise ConfigError(f"peak_flops_per_device={self.peak_flops_per_device!r} must be a positive number of "
+                              "FLOP/s (e.g. 989e12 for an H100 SXM in bf16), or None for the built-in table.")
         if self.neftune_noise_alpha is not None and not self.neftune_noise_alpha > 0:
             raise ConfigError(f"neftune_noise_alpha={self.neftune_noise_alpha!r} must be > 0 (or None to disable).")
         if self.eval_delay < 0:
@@ -480,8 +508,6 @@ class TrainingArguments(DriverView):
             raise ConfigError(f"label_names={self.label_names!r} must be a list of column names.")
 
     def _resolve_reporting(self):
-        from .callbacks.reporters import normalise_report_to  # lazily: the callbacks layer sits above this one
-
         self.report_to = normalise_report_to(self.report_to)
         if self.logging_dir is None:
             self.logging_dir = os.environ.get("TENSORBOARD_LOGGING_DIR") or join(self.output_dir, default_logdir())

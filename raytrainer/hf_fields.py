@@ -179,8 +179,8 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
                            "ZeRO-2, with 'offload' for CPU offload)."),
     "debug": (REFUSED, "the underflow/overflow detector and TPU metrics are not available; register transformers' "
                        "DebugUnderflowOverflow on the model yourself."),
-    "skip_memory_metrics": (REFUSED, "every log already carries each rank's peak memory (rank_stats memory_mb); keep "
-                                     "it True."),
+    "skip_memory_metrics": (REFUSED, "every log already carries the ranks' peak memory (peak_memory_mb; each rank's "
+                                     "in rank_stats memory_mb): keep it True."),
     "do_train": (SAME, "Not read by the Trainer: for scripts."),
     "do_eval": (SAME, "Not read by the Trainer: for scripts. Set True when eval_strategy is not 'no'."),
     "do_predict": (SAME, "Not read by the Trainer: for scripts."),
@@ -206,6 +206,9 @@ OURS_FIELDS: Dict[str, str] = {
     "allow_local_output_dir_on_multinode": "Accept a local output_dir that is shared storage.",
     "storage_retry_timeout_s": "How long transient storage errors are retried before they count as a failure.",
     "on_nonfinite_loss": "A NaN/Inf loss: warn (default, trains on), skip the step, or stop the run.",
+    "hang_warning_s": "A worker without progress this long is named on the console (rank, phase, line); 0: off.",
+    "hang_timeout_s": "A worker without progress this long exits; its group restarts (a failure); 0: off.",
+    "peak_flops_per_device": "Peak FLOP/s of one device, for the MFU log key; default: a table of known GPUs.",
     "logging_dir": "transformers 4's name (transformers 5 reads TENSORBOARD_LOGGING_DIR); kept for scripts.",
     "group_by_length": "transformers 4's spelling of train_sampling_strategy='group_by_length'.",
 }

@@ -21,8 +21,9 @@ import re
 import time
 import warnings
 
+from ..report_to import missing_package
 from .base import TrainerCallback
-from .reporters import missing_package, rank_metrics
+from .reporters import rank_metrics
 
 TRUE = ("1", "TRUE", "YES", "ON")
 AXIS_KEYS = ("step",)

@@ -97,7 +97,10 @@ class ProgressCallback(PrinterCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         self.on_step_end(args, state, control)
         if self.bar is not None and logs and "loss" in logs:
-            self.bar.set_postfix(loss=f"{logs['loss']:.4f}", refresh=False)
+            postfix = {"loss": f"{logs['loss']:.4f}"}
+            if "train_tokens_per_second" in logs:  # throughput at a glance; every key is in the log line
+                postfix["tok/s"] = f"{logs['train_tokens_per_second']:.4g}"
+            self.bar.set_postfix(postfix, refresh=False)
         super().on_log(args, state, control, logs=logs, **kwargs)
 
     def _write(self, line: str):
