@@ -4,9 +4,12 @@ Ownership under DDP: every rank holds the same model, so rank 0 writes the model
 trainer state; each rank's RNG state is gathered to rank 0 (a few KB) and written as rng_state_{rank}.pth.
 One writer means the commit needs no cross-rank coordination in the background.
 
-Under FSDP (a strategy whose `shards_state` is set) each rank holds a shard: every rank writes its shards
-with DCP, synchronously (DCP's save is a collective, and collectives cannot run in the writer thread), then
-a barrier; only then does rank 0 write the small files and the commit marker, in the background as above.
+Under FSDP (a strategy whose `shards_state` is set) each rank holds a shard and writes it with DCP. With
+save_async (the default) every rank copies its shards to CPU memory and DCP writes them in the background on
+gloo groups of their own (async_shards.py); each rank's writer thread waits for them and gathers every rank's
+outcome, and only then does rank 0 write the small files and the commit marker. save_async=False: every rank
+writes its shards now, a barrier, then rank 0 commits inline. Either way the next save, the end of training
+and a resume wait for the save in flight, on every rank.
 """
 
 from __future__ import annotations
@@ -17,19 +20,35 @@ import warnings
 from typing import Optional
 
 from ..data.global_batch import accumulation_to_keep
-from ..worker.context import WorkerContext
+from ..state import OWN_STATE_KEY, TrainerState
+from ..storage import basename, exists, join, read_bytes
+from ..worker_context import WorkerContext
 from . import lease, manifest
+from .async_shards import ShardGroups, save_sharded_async
 from .integrity import CheckpointDamagedError, check_bytes, parsing
-from .listing import TRAINER_STATE_NAME, list_checkpoints, remove_partial
+from .listing import TRAINER_STATE_NAME, checkpoint_name, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
 from .retry import DEFAULT_TIMEOUT_S, Retry
-from .snapshot import (OPTIMIZER_FILE, SCHEDULER_FILE, Snapshot, get_rng_state, rng_file, set_rng_state,
-                       to_host, torch_from_bytes)
-from .sharded import (MODEL_DIR, OPTIMIZER_DIR, is_sharded, load_sharded, save_sharded, shard_checksums,
-                      shard_damage)
-from .storage import basename, exists, join, read_bytes
+from .sharded import (
+    OPTIMIZER_DIR,
+    is_sharded,
+    load_sharded,
+    save_sharded,
+    shard_checksums,
+    shard_damage,
+    strategy_mismatch,
+)
+from .snapshot import (
+    OPTIMIZER_FILE,
+    SCHEDULER_FILE,
+    Snapshot,
+    get_rng_state,
+    rng_file,
+    set_rng_state,
+    to_host,
+    torch_from_bytes,
+)
 from .writer import CheckpointWriter, clear_leftover
-from ..state import OWN_STATE_KEY, TrainerState
 
 logger = logging.getLogger("raytrainer")
 
@@ -44,11 +63,13 @@ class CheckpointManager:
         self.output_dir = args.output_dir
         self.storage_options = args.storage_options
         self.last_committed: Optional[str] = None  # rank 0: the newest checkpoint this group committed
+        self._resume_states: dict = {}  # url -> its trainer_state.json, while resuming (_state_bytes)
         # A transient storage error is waited out for this long before it counts as a failure (retry.py).
         self.retry = Retry(getattr(args, "storage_retry_timeout_s", DEFAULT_TIMEOUT_S), args.storage_options)
         self.writer = CheckpointWriter(args.output_dir, args.storage_options, args.save_async,
                                        args.save_total_limit, on_commit=self._committed, retry=self.retry,
                                        guard=self._check_lease)
+        self.shard_groups = ShardGroups()  # FSDP's background saves: made at the first one (async_shards.py)
 
     def _check_lease(self):
         """The run's lease (taken by the driver) is still ours: else the storage lost it, or another run took
@@ -64,7 +85,7 @@ class CheckpointManager:
         rng_states = self.ctx.all_gather_object(get_rng_state())
         if not self.ctx.is_main:
             return
-        ckpt_url = join(self.output_dir, f"checkpoint-{state.global_step}")
+        ckpt_url = join(self.output_dir, checkpoint_name(state.global_step))
         if state.best_global_step == state.global_step:
             state.best_model_checkpoint = ckpt_url
         model = trainer.strategy.unwrap(trainer.model_wrapped)
@@ -83,22 +104,28 @@ class CheckpointManager:
 
     def _save_sharded(self, state: TrainerState):
         trainer, args, ctx, opts = self.trainer, self.trainer.args, self.ctx, self.storage_options
-        ckpt_url = join(self.output_dir, f"checkpoint-{state.global_step}")
+        ckpt_url = join(self.output_dir, checkpoint_name(state.global_step))
+        optimizer = None if args.save_only_model else trainer.optimizer
+        # Every rank: the previous save's background writes, their collectives and its commit are done before
+        # this one starts (one save in flight; its groups are free again; retention ran before this directory).
+        self.writer.wait()
         rng_states = ctx.all_gather_object(get_rng_state())
         if ctx.is_main:
-            self.writer.wait()  # the previous commit (and its retention) is done before this directory is used
             self._check_lease()  # before DCP writes anything (its fsspec writer would create a missing bucket)
             clear_leftover(ckpt_url, opts, self.retry)  # a leftover of the same step (a damaged one is set aside)
         ctx.barrier()
-        save_sharded(trainer.model_wrapped, None if args.save_only_model else trainer.optimizer, ckpt_url, opts)
-        # Every rank's shards are durable once every rank is past its write: only then may the commit follow.
-        ctx.barrier()
-        written = ctx.broadcast_object(manifest.list_files(ckpt_url, opts) if ctx.is_main else None)
-        # Each rank checksums the shard files it wrote (a read back: DCP writes them itself), in parallel.
-        gathered = ctx.all_gather_object(shard_checksums(ckpt_url, written, ctx.rank, ctx.world_size, opts))
-        if not ctx.is_main:
-            return
-        checksums = {name: value for part in gathered for name, value in part.items()}
+        written = checksums = shards = None
+        if args.save_async:  # stall: the copy to CPU; the shards are written and gathered in the background
+            pending = save_sharded_async(trainer.model_wrapped, optimizer, ckpt_url, opts, self.shard_groups.get(),
+                                         ctx.rank, ctx.world_size)
+            shards = pending.finish
+            if not ctx.is_main:
+                self.writer.run(shards)  # takes part in the background gather that lets rank 0 commit
+                return
+        else:
+            written, checksums = self._write_shards_now(optimizer, ckpt_url)
+            if not ctx.is_main:
+                return
         if state.best_global_step == state.global_step:
             state.best_model_checkpoint = ckpt_url
         model = trainer.strategy.unwrap(trainer.model_wrapped)
@@ -108,7 +135,19 @@ class CheckpointManager:
             rng_states=[] if args.save_only_model else rng_states,
             trainer_state_json=state.to_json_string(), args_json=args.to_json_string())
         save_config = lambda directory, _: _save_config(directory, model)  # noqa: E731
-        self.writer.submit(snapshot, save_config, state.best_model_checkpoint, written=written, checksums=checksums)
+        self.writer.submit(snapshot, save_config, state.best_model_checkpoint, written=written, checksums=checksums,
+                           shards=shards)
+
+    def _write_shards_now(self, optimizer, ckpt_url: str):
+        """save_async=False: every rank writes its shards now; rank 0 gets (files, checksums) of them all."""
+        ctx, opts = self.ctx, self.storage_options
+        save_sharded(self.trainer.model_wrapped, optimizer, ckpt_url, opts)
+        # Every rank's shards are durable once every rank is past its write: only then may the commit follow.
+        ctx.barrier()
+        written = ctx.broadcast_object(manifest.list_files(ckpt_url, opts) if ctx.is_main else None)
+        # Each rank checksums the shard files it wrote (a read back: DCP writes them itself), in parallel.
+        gathered = ctx.all_gather_object(shard_checksums(ckpt_url, written, ctx.rank, ctx.world_size, opts))
+        return written, {name: value for part in gathered for name, value in part.items()}
 
     def _committed(self, step: int, url: str):
         self.last_committed = url
@@ -117,7 +156,11 @@ class CheckpointManager:
                           best_metric=self.trainer.state.best_metric)
 
     def wait(self):
-        self.writer.wait()
+        """The end of training: the last write is committed (or its error raised), its gloo groups released."""
+        try:
+            self.writer.wait()
+        finally:
+            self.shard_groups.close()
 
     # ------------------------------------------------------------------ resuming
     def find_resume_url(self, requested: Optional[str]) -> Optional[str]:
@@ -125,6 +168,7 @@ class CheckpointManager:
 
         Decided on rank 0 and broadcast, so every rank loads the same checkpoint."""
         url = None
+        self.writer.wait()  # a save of this manager still in flight is committed (or failed) before we look
         if self.ctx.is_main:
             self._check_lease()  # missing: the storage lost this run's data; do not start again from step 0
             self.retry.call(lambda: remove_partial(self.output_dir, self.storage_options), self.output_dir,
@@ -157,9 +201,19 @@ class CheckpointManager:
             return info.url
         return None
 
-    def _read_state(self, url: str) -> TrainerState:
-        data = self.retry.call(lambda: read_bytes(join(url, TRAINER_STATE_NAME), self.storage_options), url,
-                               "reading trainer_state.json")
+    def _state_bytes(self, url: str) -> bytes:
+        """Checkpoint `url`'s trainer_state.json, read once for a resume (which checkpoint, its global batch, the
+        restore); `restore` forgets it, so a later checkpoint of the same name is read afresh."""
+        if url not in self._resume_states:
+            self._resume_states[url] = self.retry.call(
+                lambda: read_bytes(join(url, TRAINER_STATE_NAME), self.storage_options), url,
+                "reading trainer_state.json")
+        return self._resume_states[url]
+
+    def _read_state(self, url: str, committed: Optional[dict] = None) -> TrainerState:
+        data = self._state_bytes(url)
+        if committed is not None:
+            check_bytes(url, TRAINER_STATE_NAME, data, committed)
         with parsing(url, TRAINER_STATE_NAME):
             return TrainerState.from_json_string(data.decode("utf-8"))
 
@@ -184,6 +238,7 @@ class CheckpointManager:
     def load_model(self, url: str):
         """Load only the weights of checkpoint `url` (load_best_model_at_end)."""
         trainer = self.trainer
+        self.writer.wait()  # `url` may be the save still in flight
         if trainer.strategy.shards_state:
             self._check_shards(url, self._manifest(url))
             load_sharded(trainer.model_wrapped, None, url, self.storage_options)
@@ -219,7 +274,7 @@ class CheckpointManager:
         trainer, opts = self.trainer, self.storage_options
         sharded = trainer.strategy.shards_state
         if sharded != is_sharded(url, opts):  # the driver refuses this first; a restart can still meet it
-            raise RuntimeError(_format_mismatch(url, sharded))
+            raise RuntimeError(strategy_mismatch(url, sharded))
         # save_only_model=True wrote no optimizer, scheduler or RNG state: as transformers, resume from the weights
         # with a fresh optimizer (restart_from_weights says so and moves the schedule to the saved step).
         model_only = not exists(join(url, OPTIMIZER_DIR if sharded else OPTIMIZER_FILE), opts)
@@ -231,18 +286,16 @@ class CheckpointManager:
             load_into(trainer.strategy.unwrap(trainer.model_wrapped), load_model_state(url, opts, committed))
             if not model_only:
                 trainer.optimizer.load_state_dict(self._load_object(url, OPTIMIZER_FILE, committed))
+        state = self._read_state(url, committed)
+        self._resume_states.clear()
         if model_only:
-            with parsing(url, TRAINER_STATE_NAME):
-                state = TrainerState.from_json_string(self._read(url, TRAINER_STATE_NAME, committed).decode("utf-8"))
             restart_from_weights(trainer, url, state.global_step, warn=self.ctx.is_main)
             return state
         trainer.lr_scheduler.load_state_dict(self._load_object(url, SCHEDULER_FILE, committed))
         # After a resize, ranks beyond the old world size continue rank 0's streams.
         own_rng = rng_file(self.ctx.rank)
         set_rng_state(self._load_object(url, own_rng if exists(join(url, own_rng), opts) else rng_file(0), committed))
-        data = self._read(url, TRAINER_STATE_NAME, committed)
-        with parsing(url, TRAINER_STATE_NAME):
-            return TrainerState.from_json_string(data.decode("utf-8"))
+        return state
 
 
 def restart_from_weights(trainer, url: str, global_step: int, warn: bool):
@@ -265,10 +318,3 @@ def _save_config(directory: str, model):
     if hasattr(config, "save_pretrained"):
         config.save_pretrained(directory)
 
-
-def _format_mismatch(url: str, sharded_strategy: bool) -> str:
-    if sharded_strategy:
-        return (f"{url} is a full (DDP) checkpoint, but strategy='fsdp' resumes from sharded ones: resume it with "
-                "strategy='ddp', or start the FSDP run from its weights.")
-    return (f"{url} is a sharded FSDP checkpoint ({MODEL_DIR}/): resume it with strategy='fsdp', or turn it into "
-            "model.safetensors with `raytrainer consolidate` and start a new run from those weights.")

@@ -20,7 +20,7 @@ from typing import Optional
 
 from torch import nn
 
-from .storage import exists, get_fs, join
+from ..storage import exists, get_fs, join
 
 MODEL_DIR = "pytorch_model_fsdp_0"
 OPTIMIZER_DIR = "optimizer_0"
@@ -40,17 +40,18 @@ def _owner(name: str, world_size: int) -> int:
 
 
 def shard_checksums(ckpt_url: str, files: dict, rank: int, world_size: int,
-                    storage_options: Optional[dict] = None) -> dict:
+                    storage_options: Optional[dict] = None, algorithms: Optional[dict] = None) -> dict:
     """Checksums of this rank's share of the DCP files under `ckpt_url` (those it wrote): DCP writes them
-    itself, so they are read back once, each rank its own, in parallel."""
-    from .integrity import of_stream
+    itself, so they are read back once, each rank its own, in parallel. `algorithms`: {file: algorithm} to
+    check a committed manifest's (default: the current one)."""
+    from .integrity import ALGORITHM, of_stream
 
     checksums = {}
     for name in sorted(files):
         if name.startswith((MODEL_DIR + "/", OPTIMIZER_DIR + "/")) and _owner(name, world_size) == rank:
             fs, path = get_fs(join(ckpt_url, name), storage_options)
             with fs.open(path, "rb") as f:
-                checksums[name] = of_stream(f).hexdigest()
+                checksums[name] = of_stream(f, (algorithms or {}).get(name, ALGORITHM)).hexdigest()
     return checksums
 
 
@@ -59,19 +60,33 @@ def shard_damage(ckpt_url: str, manifest: Optional[dict], rank: int, world_size:
     """(file, problem) for the first of this rank's share of DCP files whose checksum differs from the
     manifest's; None when they match (or the manifest has no checksums). DCP reads byte ranges itself, so the
     files are checked before it loads them."""
-    expected = (manifest or {}).get("checksums") or {}
-    found = shard_checksums(ckpt_url, {name: 0 for name in expected}, rank, world_size, storage_options)
+    from .integrity import algorithm_of
+
+    expected = {name: value for name, value in ((manifest or {}).get("checksums") or {}).items()
+                if algorithm_of(value) is not None}
+    found = shard_checksums(ckpt_url, {name: 0 for name in expected}, rank, world_size, storage_options,
+                            {name: algorithm_of(value) for name, value in expected.items()})
     for name, value in sorted(found.items()):
         if value != expected[name]:
             return name, f"its content changed since it was committed (checksum {value}, committed {expected[name]})"
     return None
 
 
+def strategy_mismatch(what: str, sharded_strategy: bool) -> str:
+    """Why checkpoint `what` (its URL, or the argument naming it) cannot be resumed under this strategy: a full
+    checkpoint under FSDP (`sharded_strategy`), or a sharded one under DDP or on a single device."""
+    if sharded_strategy:
+        return (f"{what} is a full (DDP) checkpoint, but strategy='fsdp' resumes from sharded ones: resume it with "
+                "strategy='ddp', or start the FSDP run from its weights.")
+    return (f"{what} is a sharded FSDP checkpoint ({MODEL_DIR}/): resume it with strategy='fsdp', or turn it into "
+            "model.safetensors with `raytrainer consolidate` and start a new run from those weights.")
+
+
 def _writer(url: str, storage_options: Optional[dict]):
     from torch.distributed.checkpoint import FileSystemWriter
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-    from .storage import is_local, local_path
+    from ..storage import is_local, local_path
 
     if is_local(url):
         return FileSystemWriter(local_path(url), single_file_per_rank=True, sync_files=True)
@@ -82,7 +97,7 @@ def _reader(url: str, storage_options: Optional[dict]):
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-    from .storage import is_local, local_path
+    from ..storage import is_local, local_path
 
     if is_local(url):
         return FileSystemReader(local_path(url))
@@ -90,7 +105,7 @@ def _reader(url: str, storage_options: Optional[dict]):
 
 
 def _fs_options(url: str, storage_options: Optional[dict]) -> dict:
-    from .storage import S3_PROTOCOLS, protocol
+    from ..storage import S3_PROTOCOLS, protocol
 
     options = dict(storage_options or {})
     if protocol(url) in S3_PROTOCOLS:  # as storage.get_fs: other ranks' files must be visible at once
@@ -130,8 +145,12 @@ def load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Op
 
 def _load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict]):
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                         set_model_state_dict, set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     model_state = get_model_state_dict(model)
     try:

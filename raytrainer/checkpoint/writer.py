@@ -18,12 +18,13 @@ import tempfile
 import threading
 from typing import Callable, Optional
 
+from ..storage import basename, exists, get_fs, is_local, join, local_path
 from . import manifest, retention
 from .integrity import of_local_file
+from .listing import checkpoint_name
 from .resume import verify
 from .retry import Retry, StorageFatalError, StorageLostError, fatal_error
 from .snapshot import Snapshot
-from .storage import basename, exists, get_fs, is_local, join, local_path
 from .upload import local_files, upload_dir
 
 
@@ -128,10 +129,22 @@ class CheckpointWriter:
         self._error: Optional[BaseException] = None
 
     def submit(self, snapshot: Snapshot, save_model: Callable[[str, dict], None], best_url: Optional[str],
-               written: Optional[dict] = None, checksums: Optional[dict] = None):
+               written: Optional[dict] = None, checksums: Optional[dict] = None,
+               shards: Optional[Callable[[], tuple]] = None):
+        """`shards` (FSDP shards written in the background): run first in the job, it waits until every rank's
+        shard files are written and returns them as (written, checksums); only then are ours written and the
+        checkpoint committed."""
+        ckpt_url = join(self.output_dir, checkpoint_name(snapshot.step))
+
+        def job():
+            files, sums = shards() if shards is not None else (written, checksums)
+            self._write(snapshot, ckpt_url, save_model, best_url, files, sums)
+
+        self.run(job)
+
+    def run(self, job: Callable[[], object]):
+        """Run `job` after the previous one: in the background thread, or inline when not save_async."""
         self.wait()
-        ckpt_url = join(self.output_dir, f"checkpoint-{snapshot.step}")
-        job = lambda: self._write(snapshot, ckpt_url, save_model, best_url, written, checksums)  # noqa: E731
         if not self.save_async:
             return job()
         self._thread = threading.Thread(target=self._guarded, args=(job,), name="raytrainer-ckpt", daemon=True)
