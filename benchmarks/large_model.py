@@ -12,14 +12,14 @@ local Ray (timed apart), the same MLP built on the driver with the same seed, th
       state dict from the object store and calls ray.train.torch.prepare_model; the hand-written loop
   a0  (with --before PATH) variant (a) on the raytrainer found at PATH (e.g. a checkout of main)
 
-Measured in each (after `import ray.train.torch, raytrainer`, as a script's imports): seconds from the call (`trainer.train()`; `ray.put` + `TorchTrainer(...).fit()` for (b))
-to the start of the first training step on rank 0, split at the moment the worker's code starts (the
-trainer unpickled / the loop function entered); and the driver process's peak RSS (`ru_maxrss`, which counts
-the shared-memory pages the driver touched in the object store) over its whole life, with the RSS just
-before the call. (b) does not bring the trained weights back to the driver (a bare Ray Train loop would
-save a checkpoint instead); (a) does, inside `train()`, so its memory includes reading them.
-Ratios (a)/(b) are reported from the per-variant medians over the rounds; nothing is asserted.
-Targets: call-to-first-step <= 1.2x bare, driver peak memory <= 1.3x bare.
+Measured in each (after `import ray.train.torch, raytrainer`, as a script's imports): seconds from the call
+(`trainer.train()`; `ray.put` + `TorchTrainer(...).fit()` for (b)) to the start of the first training step on
+rank 0, split at the moment the worker's code starts (the trainer unpickled / the loop function entered); and
+the driver process's peak RSS (`ru_maxrss`, which counts the shared-memory pages the driver touched in the
+object store) over its whole life, with the RSS just before the call. (b) does not bring the trained weights
+back to the driver (a bare Ray Train loop would save a checkpoint instead); (a) does, inside `train()`, so its
+memory includes reading them. Ratios (a)/(b) are reported from the per-variant medians over the rounds; nothing
+is asserted. Targets: call-to-first-step <= 1.2x bare, driver peak memory <= 1.3x bare.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import (MLP, ContiguousShardSampler, SyntheticDataset, num_params, print_table,  # noqa: E402
-                    read_stamps, write_stamps)
+from common import MLP, ContiguousShardSampler, SyntheticDataset, num_params, print_table, read_stamps, write_stamps  # noqa: E402
 
 TARGET_START, TARGET_MEMORY = 1.2, 1.3
 
@@ -98,7 +97,7 @@ def run_raytrainer(cfg: Config, workdir: str) -> dict:
     stamps = read_stamps(next(os.path.join(stamp_dir, f) for f in os.listdir(stamp_dir) if f.startswith("rank0")))
     first = trainer.model.net[0].weight.detach()[0, :4].tolist()  # the driver holds the trained weights
     return {"t0": t0, "entered": stamps["entered"], "first_step": stamps["wall"][0], "total_s": total,
-            "rss_before_mb": rss_before, "check": first}
+            "rss_before_mb": rss_before, "check": first, "startup": getattr(trainer.state, "startup", None)}
 
 
 # ------------------------------------------------------------------------------------------ (b) bare Ray Train
@@ -168,6 +167,7 @@ def child(variant: str, cfg: Config, root: str) -> dict:
     # Imported before the clock starts in every variant, as a script's imports would be (raytrainer imports
     # Ray Train lazily, on the first train()).
     import ray.train.torch  # noqa: F401
+
     import raytrainer  # noqa: F401
     with tempfile.TemporaryDirectory(prefix=f"large-{variant}-") as workdir:
         out = (run_bare if variant == "b" else run_raytrainer)(cfg, workdir)
@@ -235,9 +235,21 @@ def main(argv=None):
             print(f"  round {r} {name}: call->first step {out['call_to_first_step_s']:.1f} s "
                   f"(to worker code {out['to_worker_s']:.1f} s), driver peak RSS {out['peak_rss_mb']:.0f} MiB "
                   f"(before the call {out['rss_before_mb']:.0f}), load {out['loadavg']:.2f}", flush=True)
+            if out.get("startup"):  # raytrainer's own start-up timeline (raytrainer/startup.py)
+                timeline = out["startup"]
+                print(f"    start-up {timeline['total_s']:.1f} s ({timeline['group']} group): "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in ordered(timeline["phases_s"])), flush=True)
     report(cfg, params, variants, runs)
     common.write_json(opts.json, {"config": asdict(cfg), "params": params, "machine": common.machine_info(),
                                   "runs": runs})
+
+
+PHASES = ("preflight", "pack", "group", "object store", "sink start", "group start", "unpack", "build", "wrap",
+          "data", "optimizer", "resume", "first step")  # raytrainer/startup.py's order
+
+
+def ordered(phases: dict) -> list:
+    return sorted(phases.items(), key=lambda kv: PHASES.index(kv[0]) if kv[0] in PHASES else len(PHASES))
 
 
 def report(cfg: Config, params: int, variants, runs):

@@ -2,8 +2,8 @@
 
 `TrainerState` serialises to the same `trainer_state.json` as Hugging Face's (transformers'
 `TrainerState.load_from_json` reads ours). HF's loader passes every top-level key to the constructor, so our
-own fields (data position, world size, run id, restarts, resizes) live under `stateful_callbacks["raytrainer"]`, the
-one HF field meant for extra state.
+own fields (data position, world size, run id, restarts, resizes, the start-up timeline) live under
+`stateful_callbacks["raytrainer"]`, the one HF field meant for extra state.
 """
 
 from __future__ import annotations
@@ -65,6 +65,15 @@ class TrainerState:
     def resizes(self) -> list:
         """Each change of world size: time, previous and new world size, cause, checkpoint used."""
         return self.own.setdefault("resizes", [])
+
+    @property
+    def startup(self) -> Optional[dict]:
+        """Where the train() call's start-up time went (`startup.py`): total_s, group, phases_s, loss_check_s."""
+        return self.own.get("startup")
+
+    @startup.setter
+    def startup(self, record: Optional[dict]):
+        self.own["startup"] = record
 
     def to_json_string(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import warnings
 from typing import Optional
 
@@ -147,10 +148,15 @@ def configure_worker(level: Optional[str]):
     logging.getLogger("ray.data").setLevel(max(number, logging.WARNING) if number > logging.DEBUG else number)
     if number > logging.WARNING:
         warnings.simplefilter("ignore")
-    try:
-        import transformers.utils.logging as hf_logging
-    except ImportError:
+    if "transformers" not in sys.modules:
+        # Not imported (yet): importing it here cost each worker 1.4-2 s of start-up (startup.py's "unpack").
+        # transformers reads these when a later import (a model_init, say) brings it in.
+        os.environ["TRANSFORMERS_VERBOSITY"] = level
+        if number > logging.DEBUG:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
         return
+    import transformers.utils.logging as hf_logging
+
     hf_logging.set_verbosity(number)
     if number > logging.DEBUG:
         hf_logging.disable_progress_bar()  # the driver's bar shows progress; the workers' would interleave

@@ -1,10 +1,12 @@
 """`ray.data.Dataset` input, worker side: batches from this rank's shard, through the collator, to tensors.
 
 Training (`RayTrainData`): this rank's shard (`get_dataset_shard`) is read in numpy batches of
-`per_device_train_batch_size`, once per epoch. The ranks agree at every micro-step whether any of them still
-has rows (one small all-reduce; not needed when the row count is known and the split is equal); a rank that
-has none, or whose batch held only padding rows, trains on a zero-weight filler batch so that the
-collectives stay matched. The position in the epoch is the number of
+`per_device_train_batch_size`, once per epoch. The ranks agree at every optimizer step on how many
+micro-batches it has: each takes up to `gradient_accumulation_steps` of its own, and the step's one all-reduce
+(`worker/step_sync.py`) carries how many ranks have at least k of them (not needed when the row count is known
+and the split is equal). A rank with fewer, or whose batch held only padding rows, trains on zero-weight
+filler batches so that the collectives stay matched; the epoch ends at the first step that no rank has a
+micro-batch for, as if the ranks had agreed at every micro-step. The position in the epoch is the number of
 rows consumed over all ranks: a resume at the same world size skips exactly the rows each rank had
 consumed (the split is deterministic, see `ray_data.py`); at another world size each rank skips its share
 of that count, so the count is kept but not which rows (documented in docs/data.md, "Resume").
@@ -19,11 +21,8 @@ import math
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
-import torch
 
 from .ray_data import PAD_COLUMN, RayDataRef
-
-_END = object()
 
 
 def _rows(batch: dict) -> Tuple[List[dict], List[dict]]:
@@ -48,6 +47,8 @@ class RayTrainData:
         self.prefetch_batches = prefetch_batches
         self.shard = ref.iterator()
         self.ran_out = False
+        self._slot, self._accumulation = None, 1  # see agree_on_steps
+        self._last: Optional[List[dict]] = None  # the rows of this rank's last real batch (for fillers)
 
     # ---- the epoch's length, when the row count is known (see ray_data.py: an equal, padded split)
     def rows_per_rank(self) -> Optional[int]:
@@ -79,28 +80,42 @@ class RayTrainData:
         return self.ran_out if end is None else offset >= end
 
     def batches(self, epoch: int, offset: int) -> Iterator[Tuple[dict, bool]]:
-        """(batch, is_filler) for each micro-step of the epoch, from `offset` rows consumed over all ranks."""
+        """(batch, is_filler) for each micro-step of the epoch that this rank has rows for, from `offset` rows
+        consumed over all ranks. No collective: with agreement (`agree_on_steps`) the loop completes each
+        step's micro-batches with `agreed`."""
         self.ran_out = False
-        source = self._row_batches(skip=offset // self.ctx.world_size)
-        last: Optional[List[dict]] = None
-        while True:
-            item = next(source, _END)
-            if not self._anyone_has(item is not _END):
-                self.ran_out = True
-                return
-            real, padding = ([], []) if item is _END else item
+        self._last = None
+        for real, padding in self._row_batches(skip=offset // self.ctx.world_size):
             if real:
-                last = real
+                self._last = real
                 yield self.collate(real), False
-            else:  # only padding rows, or none left: a zero-weight batch keeps the collectives matched
-                yield self.collate(padding or (last or self.ref.sample)[:1]), True
+            else:  # only padding rows: a zero-weight batch keeps the collectives matched
+                yield self.collate(padding), True
+        if self._slot is None:  # alone, or an equal split: every rank runs out at the same micro-step
+            self.ran_out = True
 
-    def _anyone_has(self, mine: bool) -> bool:
-        # A known row count means an equal split: every rank runs out at the same micro-step, no need to ask.
+    def agree_on_steps(self, sync, accumulation: int) -> bool:
+        """Ray Data of unknown length on several ranks: register the has-data slot in the step's exchange
+        (`worker/step_sync.StepSync`); True if the loop must call `stage` and `agreed` around it. A known row
+        count means an equal split: every rank runs out at the same micro-step, no need to ask."""
         if not self.ctx.distributed or self.ref.num_rows is not None:
-            return mine
-        flag = torch.tensor([1.0 if mine else 0.0], device=self.ctx.device)
-        return bool(self.ctx.all_reduce_max(flag).item() > 0)
+            return False
+        self._slot, self._accumulation = sync.slot(accumulation), accumulation
+        return True
+
+    def stage(self, group: list) -> None:
+        """Before the exchange: this rank has len(group) micro-batches for the step (one in each of the
+        first len(group) counters: the sums are how many ranks have at least k)."""
+        self._slot.put(*([1] * len(group)))
+
+    def agreed(self, group: list) -> list:
+        """After the exchange: the step's micro-batches, as many as the rank with the most has (none: the
+        epoch ran out), this rank's completed with zero-weight fillers. Fewer than a full accumulation also
+        means that no rank has more: the epoch's data ran out with this step."""
+        steps = sum(1 for ranks in self._slot.totals if ranks > 0)
+        self.ran_out = steps < self._accumulation
+        return group + [(self.collate((self._last or self.ref.sample)[:1]), True)
+                        for _ in range(steps - len(group))]
 
     def _row_batches(self, skip: int) -> Iterator[Tuple[List[dict], List[dict]]]:
         for batch in self.shard.iter_batches(batch_size=self.batch_size, batch_format="numpy",

@@ -5,12 +5,14 @@
     for epoch:
         on_epoch_begin
         for each accumulation group of micro-batches (this rank's shard):
+            the step's one all-reduce (worker/step_sync.py): a preemption or Ctrl-C raised after the previous
+                step (agreed over ranks: every rank saves at that step and stops), whether any rank still has
+                data (Ray Data), num_items_in_batch = label items of the whole global batch (all micro-steps,
+                all ranks), the input tokens
             on_step_begin
-            num_items_in_batch = label items of the whole global batch (all micro-steps, all ranks)
             forward/backward each micro-batch (no gradient all-reduce but on the last), on_substep_end
             clip -> on_pre_optimizer_step -> optimizer step -> on_optimizer_step -> scheduler step
-            on_step_end -> a preemption or Ctrl-C (agreed over ranks) asks to save and stop here
-                        -> log / evaluate / save when due or when a callback asked
+            on_step_end -> log / evaluate / save when due or when a callback asked
         on_epoch_end -> epoch-interval log / evaluate / save
     wait for the last checkpoint to commit -> preempted: hand over to Ray Train, which restarts the group
     -> log the run's metrics -> on_train_end -> rank 0 returns
@@ -25,19 +27,22 @@ from __future__ import annotations
 import math
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from typing import Optional
 
-import torch
-
 from ..checkpoint.manager import CheckpointManager
+from ..checkpoint.snapshot import get_rng_state, set_rng_state
 from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.global_batch import global_batch_size
 from ..data.loader_options import main_input_name
+from ..data.ray_batches import RayTrainData
 from ..optim import optimizer_eval_mode, optimizer_train_mode
 from ..optimizers import apply_liger_kernel
+from ..protocol import GroupStart
 from ..scaling import accumulation_at
+from ..startup import EVENT as STARTUP_EVENT, Timeline
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from .evaluation import evaluation_loop
@@ -46,8 +51,11 @@ from .meter import Meter
 from .neftune import neftune
 from .nonfinite import NonFiniteGuard
 from .process_options import empty_cache_if_due, input_tokens, setup_process
+from .step_sync import StepSync
 from .stopping import StopSignals
+from .throughput import ModelFlops, peak_flops
 from .train_data import train_data
+from .watchdog import UNWATCHED, watch_events, watching
 
 
 @dataclass
@@ -73,6 +81,7 @@ class Plan:
 
 
 class TrainLoop:
+    watch = UNWATCHED  # this run's watchdog (worker/watchdog.py), while run() runs
     def __init__(self, trainer, ctx, emitter, events: LoopEvents, run_id: str, resume_from: Optional[str],
                  on_ray: bool = False):
         self.trainer = trainer
@@ -89,12 +98,15 @@ class TrainLoop:
     # ------------------------------------------------------------------ set-up
     def _setup(self):
         trainer, args, ctx = self.trainer, self.args, self.ctx
+        marks = getattr(self, "startup", None) or Timeline()  # the start-up timeline's rank side (startup.py)
         setup_process(args, ctx.device)  # seed or full_determinism, tf32
         model = trainer.model_init() if trainer.model_init is not None else trainer.model
         model = apply_liger_kernel(model, args)  # a no-op unless use_liger_kernel
+        marks.mark("build")
         trainer.strategy = make_strategy(args, ctx)
         trainer.model_wrapped = trainer.strategy.setup(model)
         trainer.model = trainer.strategy.unwrap(trainer.model_wrapped)
+        marks.mark("wrap")
         self.checkpoints = CheckpointManager(trainer, ctx, self.emitter, self.run_id)
         url = self.checkpoints.find_resume_url(self.resume_from)
         if url is not None:  # before planning: another world size changes the accumulation (same global batch)
@@ -102,11 +114,20 @@ class TrainLoop:
         elif args.elastic:  # a fresh elastic start below max: the global batch is max workers' (scaling.py)
             args.gradient_accumulation_steps = accumulation_at(args.gradient_accumulation_steps, args.max_workers,
                                                                ctx.world_size)
-        self.stops = StopSignals(ctx, self.emitter, self.on_ray)
+        self.sync = StepSync(ctx)  # the step's one collective: slots registered in the same order on every rank
+        self.stops = StopSignals(ctx, self.emitter, self.on_ray, self.sync)
+        marks.mark("resume")
         self.dataloader = trainer._train_dataloader = trainer.get_train_dataloader()
         self.data = train_data(self.dataloader)
+        self._agreeing = isinstance(self.data, RayTrainData) and self.data.agree_on_steps(
+            self.sync, args.gradient_accumulation_steps)  # Ray Data of unknown length: has-data counts
+        self._items = self.sync.slot() if args.average_tokens_across_devices and ctx.distributed else None
+        self._tokens = self.sync.slot() if args.include_num_input_tokens_seen != "no" else None
+        self._step_ended, self._saved_step = False, None  # a step's flags not exchanged yet; the last save's step
         self.plan = Plan.make(args, self.data.micro_batches_per_epoch())
+        marks.mark("data")
         trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
+        marks.mark("optimizer")
 
         state = TrainerState(
             max_steps=self.plan.max_steps, num_train_epochs=self.plan.num_epochs,
@@ -122,6 +143,9 @@ class TrainLoop:
         # Per-rank facts: a restored state carries rank 0's.
         state.is_local_process_zero, state.is_world_process_zero = ctx.local_rank == 0, ctx.is_main
         trainer.state = state
+        marks.mark("resume")
+        if ctx.is_main:  # buffered with on_train_begin: no round trip of its own
+            self.emitter.emit(STARTUP_EVENT, phases=marks.phases, taken_at=getattr(self, "taken_at", None))
 
     def _resume(self, url: str, fresh: TrainerState) -> TrainerState:
         restored = self.checkpoints.restore(url)
@@ -136,30 +160,36 @@ class TrainLoop:
         records why, and the resize if the world size changed, in the trainer state and as events."""
         if not self.ctx.is_main:
             return
-        started = self.emitter.group_started({
-            "world_size": self.ctx.world_size, "global_step": state.global_step, "checkpoint": url,
-            "gradient_accumulation_steps": self.args.gradient_accumulation_steps})
+        started = self.emitter.group_started(GroupStart(
+            world_size=self.ctx.world_size, global_step=state.global_step, checkpoint=url,
+            gradient_accumulation_steps=self.args.gradient_accumulation_steps))
         if started is None:  # the run's first worker group
             return
         for name in ("restarts", "resizes"):  # the checkpoint's (earlier runs too), then this run's, once each
             kept = getattr(state, name)
-            kept.extend(r for r in started[name] if r not in kept)
-        self.emitter.emit("restart", epoch=state.epoch, **started["restart"])
-        if started["resize"] is not None:
-            self.emitter.emit("resize", epoch=state.epoch, **started["resize"])
+            kept.extend(r for r in getattr(started, name) if r not in kept)
+        self.emitter.emit("restart", epoch=state.epoch, **started.restart)
+        if started.resize is not None:
+            self.emitter.emit("resize", epoch=state.epoch, **started.resize)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Optional[dict]:
         self.trainer._loop = self  # `log` and `evaluate` act inside this run (worker/hooks.py)
-        try:
-            return self._run()
-        finally:
-            self.trainer._loop = None
+        # A rank without progress is named, then its worker ends (on Ray only): hang_warning_s, hang_timeout_s.
+        # The stall line travels through the event sink to the driver's console (protocol.Stall).
+        with watching(self.args, self.ctx.rank, exit_on_timeout=self.on_ray,
+                      report=self.emitter.report_stall) as self.watch:
+            watch_events(self.events, self.watch)
+            try:
+                return self._run()
+            finally:
+                self.trainer._loop = None
 
     def _run(self) -> Optional[dict]:
         self._setup()
         trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
-        self.meter = Meter(ctx.device, self.args.logging_nan_inf_filter)
+        self.meter = Meter(ctx.device, self.args.logging_nan_inf_filter,  # throughput keys: worker/throughput.py
+                           ModelFlops.of(trainer.model), peak_flops(ctx.device, self.args.peak_flops_per_device))
         self.nonfinite = NonFiniteGuard(self.args.on_nonfinite_loss, ctx)  # on_nonfinite_loss (worker/nonfinite.py)
         start_time, start_step = time.time(), state.global_step
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -174,6 +204,7 @@ class TrainLoop:
             while (not control.should_training_stop and state.global_step < state.max_steps
                    and state.epoch_index < self.plan.num_epochs):
                 control = self._train_epoch(state)
+        self.watch.phase("waiting for the last checkpoint to commit")
         self.checkpoints.wait()
         if self.stops.reason == "preemption" and state.global_step < state.max_steps:
             self.stops.hand_over(state.global_step, self.checkpoints.last_committed)  # does not return
@@ -189,17 +220,25 @@ class TrainLoop:
         control = self.events.fire("epoch_begin")
         while not (control.should_epoch_stop or control.should_training_stop):
             waited = time.perf_counter()
-            group = list(islice(batches, accumulation))
+            self.watch.phase("loading the next batch")
+            # A stop agreed below saves at the step before, with the random streams as they were then (a
+            # collator may draw from them).
+            streams = get_rng_state() if self._step_ended else None
+            group = list(islice(batches, accumulation))  # this rank's micro-batches: no collective
+            started = time.perf_counter()
+            group, num_items, tokens = self._agree(group)  # the step's one collective
+            if self.stops.reason is not None:
+                control = self._stop_after_step(state, control, streams)
+                break
             if not group:
                 break
-            started = time.perf_counter()
             self.events.fire("step_begin")
-            num_items = self._num_items(group)
             trainer._accumulation_steps_now = len(group)
             for i, (batch, filler) in enumerate(group):
                 trainer._loss_weight = 0.0 if filler else 1.0
                 last = i == len(group) - 1
-                with (_null() if last else trainer.strategy.no_sync(trainer.model_wrapped)):
+                self.watch.phase("forward/backward")
+                with (nullcontext() if last else trainer.strategy.no_sync(trainer.model_wrapped)):
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
                 # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
                 # per-rank mean (DDP averages the gradients), so average them.
@@ -212,18 +251,21 @@ class TrainLoop:
             skip = self.nonfinite.end_step(state.global_step + 1)
             grad_norm, learning_rate = self.nonfinite.skip(trainer) if skip else self._optimizer_step()
             state.global_step += 1
-            state.num_input_tokens_seen += self._input_tokens(group)  # include_num_input_tokens_seen
+            state.num_input_tokens_seen += tokens  # include_num_input_tokens_seen
             empty_cache_if_due(args, state.global_step, self.ctx.device)  # torch_empty_cache_steps
             state.samples_seen_in_epoch = self.data.offset_after(offset, micro_done)
             state.epoch = epoch + self.data.fraction(state.samples_seen_in_epoch)
             self.meter.step_done(grad_norm, learning_rate, data_wait=started - waited,
                                  busy=time.perf_counter() - started)
             control = self.events.fire("step_end")
-            if self.stops.check():  # a preemption or Ctrl-C: every rank saves at this step and stops
-                control.should_save = control.should_training_stop = True
+            self._step_ended = True  # its preemption or Ctrl-C flags go with the next exchange
             control = self._maybe_log_evaluate_save(state, control)
             if state.global_step >= state.max_steps:
                 control.should_training_stop = True
+        if self._step_ended:  # the loop ends without another step (max_steps, a callback): read the last one's
+            self._agree(None)
+            if self.stops.reason is not None:
+                control = self._stop_after_step(state, control, None)
         self.nonfinite.report()  # a NaN/Inf loss this epoch is named (warn: not checked per step)
         # The epoch's data ran out (also when that was the last step), or a callback ended the epoch.
         exhausted = self.data.exhausted(state.samples_seen_in_epoch) or control.should_epoch_stop
@@ -235,28 +277,68 @@ class TrainLoop:
             control = self._at_epoch_end(state, control)
         return control
 
+    def _agree(self, group: Optional[list]) -> tuple:
+        """The step's one collective (worker/step_sync.py), after this rank took its micro-batches and before
+        anything of the step runs; `group=None`: the loop's end, only the flags of its last step. It carries the
+        preemption / Ctrl-C flags raised since the last step (the agreed reason lands in `stops.reason`), how
+        many micro-batches the ranks have (Ray Data of unknown length), the label items and the input tokens.
+        Returns (the step's micro-batches, num_items_in_batch, the step's input tokens over all ranks)."""
+        if self._step_ended:
+            self.stops.stage()
+            self._step_ended = False
+        if group is None:
+            self.sync.exchange()
+            self.stops.agreed()
+            return None, None, 0
+        counts = self._label_counts(group)
+        if self._items is not None:
+            self._items.put(sum(c for c, (_, filler) in zip(counts, group) if c is not None and not filler))
+        if self._tokens is not None:
+            self._tokens.put(self._input_tokens(group))
+        if self._agreeing:
+            self.data.stage(group)
+        self.sync.exchange()
+        self.stops.agreed()
+        if self._agreeing:  # completed with fillers to the ranks' agreed number of micro-batches
+            taken = len(group)
+            group = self.data.agreed(group)
+            counts += self._label_counts(group[taken:])
+        tokens = self._tokens.total if self._tokens is not None else 0
+        return group, self._num_items(group, counts), tokens
+
     def _input_tokens(self, group) -> int:
-        """include_num_input_tokens_seen: the step's input tokens over all ranks (filler batches excluded)."""
-        mode = self.args.include_num_input_tokens_seen
-        if mode == "no":
-            return 0
+        """include_num_input_tokens_seen: this rank's input tokens of the step (filler batches excluded)."""
         trainer = self.trainer
         main_input = main_input_name(trainer.model, trainer.processing_class)
         pad = getattr(trainer.processing_class, "pad_token_id", None)
-        mine = sum(input_tokens(batch, mode, main_input, pad) for batch, filler in group if not filler)
-        return int(self.ctx.all_reduce_sum(torch.tensor(mine, dtype=torch.int64, device=self.ctx.device)).item())
+        mode = self.args.include_num_input_tokens_seen
+        return sum(input_tokens(batch, mode, main_input, pad) for batch, filler in group if not filler)
 
-    def _num_items(self, group) -> Optional[int]:
-        """Label items in the whole global batch: all micro-batches of the group, summed over ranks."""
+    def _label_counts(self, group) -> list:
         shift = loss_shifts_labels(self.trainer.model)  # a causal LM's first label of a row is no target
-        counts = [count_label_items(b, self.trainer.label_names, shift) for b, _ in group]
+        return [count_label_items(b, self.trainer.label_names, shift) for b, _ in group]
+
+    def _num_items(self, group, counts) -> Optional[int]:
+        """Label items in the whole global batch: all micro-batches of the group, summed over ranks (in the
+        step's exchange) when average_tokens_across_devices."""
         if any(c is None for c in counts):
             return None
-        weights = [0 if filler else 1 for _, filler in group]
-        total = sum(c * w for c, w in zip(counts, weights))
-        if self.args.average_tokens_across_devices and self.ctx.distributed:
-            total = int(self.ctx.all_reduce_sum(torch.tensor(float(total), device=self.ctx.device)).item())
+        if self._items is not None:
+            total = self._items.total
+        else:
+            total = sum(c for c, (_, filler) in zip(counts, group) if not filler)
         return max(total, 1)
+
+    def _stop_after_step(self, state: TrainerState, control: TrainerControl, streams) -> TrainerControl:
+        """A preemption or Ctrl-C agreed in the exchange after step s: every rank saves at step s (unless it
+        just did) and stops, as if the flags had been read at the end of step s. `streams`: the random streams
+        before the next step's micro-batches were taken."""
+        if streams is not None:
+            set_rng_state(streams)
+        if self._saved_step != state.global_step:
+            self._save(state)
+        control.should_training_stop = True
+        return control
 
     def _optimizer_step(self) -> tuple:
         """Clip, step, schedule: (grad_norm, the learning rate this step used), as transformers logs them."""
@@ -265,6 +347,7 @@ class TrainLoop:
         if args.max_grad_norm > 0:
             grad_norm = trainer.strategy.clip_grad_norm(trainer.model_wrapped, args.max_grad_norm, trainer.optimizer)
         self.events.fire("pre_optimizer_step")
+        self.watch.phase("optimizer step")
         trainer.strategy.optimizer_step(trainer.optimizer)
         self.events.fire("optimizer_step")
         learning_rate = trainer.lr_scheduler.get_last_lr()[0]
@@ -310,7 +393,9 @@ class TrainLoop:
         return control
 
     def _save(self, state: TrainerState):
+        self._saved_step = state.global_step
         self.nonfinite.report(saving_step=state.global_step)  # never commit after a NaN/Inf loss silently
+        self.watch.phase("checkpoint save")
         self._optimizer_mode("eval")
         self.checkpoints.save(state)
         self._optimizer_mode("train")
@@ -341,6 +426,7 @@ class TrainLoop:
 
     def _evaluate(self, state: TrainerState) -> TrainerControl:
         trainer = self.trainer
+        self.watch.phase("evaluation")
         self._optimizer_mode("eval")
         datasets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {None: trainer.eval_dataset}
         metrics = {}
@@ -378,6 +464,7 @@ class TrainLoop:
     # ------------------------------------------------------------------ the end
     def _finish(self, state: TrainerState, runtime: float, steps_run: int) -> Optional[dict]:
         trainer, args = self.trainer, self.args
+        self.watch.phase("the end: final metrics and weights")
         self._optimizer_mode("eval")  # the weights a schedule-free optimizer evaluates with are the result
         if args.load_best_model_at_end and state.best_model_checkpoint:
             self.checkpoints.load_model(state.best_model_checkpoint)
@@ -400,10 +487,3 @@ class TrainLoop:
         return {"state": state.to_json_string(), "model_state": model_state,
                 "train_output": TrainOutput(state.global_step, train_loss, metrics), "stopped": self.stops.reason}
 
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -17,6 +17,8 @@ import sys
 
 import torch
 
+from ..checkpoint.listing import checkpoint_name
+
 POLICIES = ("warn", "skip", "stop")
 
 
@@ -70,7 +72,7 @@ class NonFiniteGuard:
         if math.isinf(first) or not self.ctx.is_main:
             return
         if saving_step is not None:
-            _notice(f"checkpoint-{saving_step} is saved after a NaN/Inf training loss at step {int(-first)}: its "
+            _notice(f"{checkpoint_name(saving_step)} is saved after a NaN/Inf training loss at step {int(-first)}: its "
                     "weights may be NaN/Inf. on_nonfinite_loss='skip' or 'stop' keeps such steps out of checkpoints.")
         else:
             _notice(f"the training loss was NaN/Inf at step {int(-first)} (on_nonfinite_loss='warn' trains on).")

@@ -2,8 +2,9 @@
 
 A preemption is a SIGTERM to any worker (what Kubernetes and cloud schedulers send before they reclaim a
 node) or Ray Core draining a worker's node (Ray Train then sets the worker's preemption info). The SIGTERM
-handler only sets a flag; at each step end every rank puts its own flags into one small all-reduce (MAX),
-so all ranks see the same request at the same step (principle 1), save there, and:
+handler only sets a flag; after each step every rank puts its own flags into the step's one all-reduce
+(`worker/step_sync.py`, read at the start of the next step or when the loop ends), so all ranks see the same
+request after the same step (principle 1), save at that step, and:
 
 - preemption: once the checkpoint is committed, every rank reports itself preempted to Ray Train
   (`preemption_context`, the field Ray's own drain watcher sets) and waits. The controller moves to its
@@ -27,7 +28,8 @@ import threading
 import time
 from typing import List, Optional
 
-import torch
+from ..protocol import Reason
+from .step_sync import BITS, StepSync, rank_bits, ranks_in, set_rank_bit
 
 logger = logging.getLogger("raytrainer")
 
@@ -72,36 +74,42 @@ def _ray_preemption_pending() -> bool:
 
 
 class StopSignals:
-    def __init__(self, ctx, emitter, on_ray: bool):
+    def __init__(self, ctx, emitter, on_ray: bool, sync: StepSync):
         self.ctx = ctx
         self.emitter = emitter
         self.on_ray = on_ray
         self.reason: Optional[str] = None  # "preemption" or "interrupt", once agreed
         self.ranks: List[int] = []  # the ranks that asked
         self._watch = emitter.stop_watch() if ctx.is_main else None
+        self._words = rank_bits(ctx.world_size)
+        self._slot = sync.slot(2 * self._words)  # the preempting ranks' bits, then the interrupting ranks'
         if on_ray:
             _sigterm.clear()  # a fresh worker process; cleared for the in-process tests' sake
             install_sigterm_handler()
 
-    def check(self) -> Optional[str]:
-        """Every rank, at every step end: the agreed reason to stop now, or None. One all-reduce of world_size
-        ints: each rank writes its own slot, so every rank also learns who asked."""
+    def stage(self) -> None:
+        """Every rank, after every step: this rank's request, for the next exchange (its own bit)."""
         local = NOTHING
         if self.on_ray and (_sigterm.is_set() or _ray_preemption_pending()):
             local = PREEMPT
         elif self._watch is not None and self._watch.requested():
             local = INTERRUPT
-        codes = [local]
-        if self.ctx.distributed:
-            slots = torch.zeros(self.ctx.world_size, dtype=torch.int32, device=self.ctx.device)
-            slots[self.ctx.rank] = local
-            codes = self.ctx.all_reduce_max(slots).tolist()
-        top = max(codes)
-        if top == NOTHING:
-            return None
-        self.reason = "preemption" if top == PREEMPT else "interrupt"
-        self.ranks = [r for r, c in enumerate(codes) if c == top]
-        return self.reason
+        if local == NOTHING:
+            return
+        words = [0] * (2 * self._words)
+        set_rank_bit(words, self.ctx.rank + (0 if local == PREEMPT else self._words * BITS))
+        self._slot.put(*words)
+
+    def agreed(self) -> Optional[str]:
+        """After the exchange that carried the staged requests: the agreed reason to stop, or None. A
+        preemption anywhere outranks an interrupt; every rank also learns which ranks asked."""
+        totals = self._slot.totals
+        for reason, words in (("preemption", totals[:self._words]), ("interrupt", totals[self._words:])):
+            ranks = ranks_in(words)
+            if ranks:
+                self.reason, self.ranks = reason, ranks
+                return reason
+        return None
 
     def describe(self) -> str:
         if self.reason == "interrupt":
@@ -118,7 +126,7 @@ class StopSignals:
         if self.ctx.is_main:
             self.emitter.emit("preempted", global_step=global_step, checkpoint=checkpoint, cause=self.describe())
             self.emitter.flush(wait=True)
-            self.emitter.record_cause("preemption", self.describe())
+            self.emitter.record_cause(Reason.PREEMPTION, self.describe())
         node = ray.get_runtime_context().get_node_id()
         # A deadline already passed: Ray Train restarts at its next poll instead of waiting out a drain window.
         get_train_context().preemption_context.preemption_info = PreemptionInfo(

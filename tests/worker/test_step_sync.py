@@ -1,0 +1,174 @@
+"""The step's one collective (worker/step_sync.py): what its slots carry, and that a training step with stop
+flags, label counting and token counting on runs exactly one collective. No Ray: a fake context, and the
+in-process loop on a one-process gloo group whose context counts its collectives."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from raytrainer import Trainer, TrainerCallback, TrainingArguments
+from raytrainer.data.ray_batches import RayTrainData
+from raytrainer.worker import stopping
+from raytrainer.worker.step_sync import StepSync
+from raytrainer.worker_context import WorkerContext
+from tests.models import TokenData, make_model
+from tests.support import free_port
+
+
+class FakeCtx:
+    """Rank `rank` of `world_size`: the all-reduce adds what the other ranks would send (`others`)."""
+
+    def __init__(self, rank=0, world_size=2, others=()):
+        self.rank, self.world_size, self.others = rank, world_size, list(others)
+        self.device, self.distributed, self.is_main = torch.device("cpu"), True, rank == 0
+        self.calls = 0
+
+    def all_reduce_sum(self, tensor):
+        self.calls += 1
+        for other in self.others:
+            tensor += torch.tensor(other, dtype=tensor.dtype)
+        return tensor
+
+
+class FakeEmitter:
+    def stop_watch(self):
+        return None
+
+
+def test_slots_are_summed_in_one_all_reduce_and_reset():
+    ctx = FakeCtx(others=[[5, 7, 0]])
+    sync = StepSync(ctx)
+    a, b = sync.slot(), sync.slot(2)
+    a.put(1)
+    b.put(2, 3)
+    sync.exchange()
+    assert (a.total, b.totals, ctx.calls, sync.exchanges) == (6, [9, 3], 1, 1)
+    ctx.others = []
+    sync.exchange()  # nothing staged: zeros
+    assert (a.total, b.totals, ctx.calls) == (0, [0, 0], 2)
+
+
+def test_stop_flags_name_every_asking_rank_and_a_preemption_outranks_an_interrupt(monkeypatch):
+    world = 130  # three 62-bit words per kind
+    others_preempt = [0] * 6
+    for rank in (61, 62, 129):  # ranks on three words
+        others_preempt[rank // 62] |= 1 << (rank % 62)
+    sync = StepSync(FakeCtx(rank=0, world_size=world, others=[others_preempt]))
+    signals = stopping.StopSignals(sync.ctx, FakeEmitter(), on_ray=False, sync=sync)
+    signals._watch = type("Watch", (), {"requested": lambda self: "interrupt"})()  # Ctrl-C on rank 0
+    signals.stage()
+    sync.exchange()
+    assert signals.agreed() == "preemption" and signals.ranks == [61, 62, 129]
+    sync.ctx.others = []
+    signals.stage()
+    sync.exchange()
+    assert signals.agreed() == "interrupt" and signals.ranks == [0]
+
+
+class FakeShard:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def iter_batches(self, batch_size, batch_format, drop_last, prefetch_batches):
+        for i in range(0, len(self.rows), batch_size):
+            yield {"x": np.array(self.rows[i:i + batch_size])}
+
+
+class FakeRef:
+    num_rows = None  # unknown: the ranks agree on each step's micro-batches
+    sample = [{"x": -1}]
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def iterator(self):
+        return FakeShard(self.rows)
+
+
+def test_ray_data_ranks_agree_on_each_steps_micro_batches_in_the_exchange():
+    """This rank has 3 micro-batches, the other 6: with accumulation 4, steps of 4 and 2 (this rank's
+    completed with fillers of its last rows), then the epoch ends; one all-reduce per step."""
+    ctx = FakeCtx()
+    sync = StepSync(ctx)
+    data = RayTrainData(FakeRef([1, 2, 3]), batch_size=1, collate=lambda rows: [int(r["x"]) for r in rows],
+                        ctx=ctx, drop_last=False)
+    assert data.agree_on_steps(sync, 4)
+    batches = data.batches(0, 0)
+    steps = []
+    for other in ([1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]):
+        ctx.others = [other]
+        group = [next(batches, None) for _ in range(4)]
+        group = [g for g in group if g is not None]
+        data.stage(group)
+        sync.exchange()
+        steps.append((data.agreed(group), data.ran_out))
+    assert steps == [([([1], False), ([2], False), ([3], False), ([3], True)], False),
+                     ([([3], True), ([3], True)], True), ([], True)]
+    assert ctx.calls == 3
+
+
+class CountingContext(WorkerContext):
+    """One process that calls itself distributed: DDP on a one-process gloo group, every collective counted."""
+
+    log: list = []
+
+    @property
+    def distributed(self) -> bool:
+        return True
+
+    def all_reduce_sum(self, tensor):
+        self.log.append("all_reduce_sum")
+        return super().all_reduce_sum(tensor)
+
+    def all_reduce_max(self, tensor):
+        self.log.append("all_reduce_max")
+        return super().all_reduce_max(tensor)
+
+    def all_gather_object(self, obj):
+        self.log.append("all_gather_object")
+        return super().all_gather_object(obj)
+
+    def broadcast_object(self, obj, src=0):
+        self.log.append("broadcast_object")
+        return super().broadcast_object(obj, src)
+
+    def barrier(self):
+        self.log.append("barrier")
+        super().barrier()
+
+
+class StepMarks(TrainerCallback):
+    observes_only = True  # no control point: the driver's decisions would add an all-reduce of their own
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        CountingContext.log.append(("step", state.global_step))
+
+
+@pytest.fixture
+def one_process_group(monkeypatch):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    monkeypatch.setattr(WorkerContext, "in_process", classmethod(lambda cls, use_gpu: CountingContext()))
+    CountingContext.log = []
+    yield CountingContext.log
+    dist.destroy_process_group()
+
+
+def test_one_collective_per_optimizer_step_with_stop_flags_labels_and_tokens(tmp_path, one_process_group):
+    log = one_process_group
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, per_device_train_batch_size=4,
+                             gradient_accumulation_steps=2, max_steps=6, learning_rate=1e-2, optim="adamw_torch",
+                             logging_strategy="no", save_strategy="no", disable_tqdm=True,
+                             include_num_input_tokens_seen="all", average_tokens_across_devices=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(48), callbacks=[StepMarks()])
+    trainer.train()
+    assert trainer.state.num_input_tokens_seen > 0
+    marks = [i for i, entry in enumerate(log) if isinstance(entry, tuple)]
+    assert [log[i][1] for i in marks] == [0, 1, 2, 3, 4, 5]
+    # Between two steps' on_step_begin: the next step's exchange, nothing else.
+    between = [log[a + 1:b] for a, b in zip(marks, marks[1:])]
+    assert between == [["all_reduce_sum"]] * 5
+    assert log[marks[0] - 1] == "all_reduce_sum"  # the first step's exchange, right before it
