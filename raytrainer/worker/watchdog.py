@@ -34,12 +34,12 @@ def report_to_stderr(rank: int, phase: str, seconds: float):
     """One line on this worker's stderr (Ray forwards it to the driver console). The loop reports through the
     event sink instead (`Emitter.report_stall`: the driver prints the line); this is the default for a
     watchdog used on its own."""
-    print(f"raytrainer: rank {rank} has made no progress for {seconds:.0f} s in {phase} "
+    print(f"[raytrainer] rank {rank} has made no progress for {seconds:.0f} s in {phase} "
           "(hang_warning_s; hang_timeout_s ends the worker and restarts the group).", file=sys.stderr, flush=True)
 
 
 def exit_worker(rank: int, phase: str, seconds: float):
-    print(f"raytrainer: rank {rank} stalled for {seconds:.0f} s in {phase}: past hang_timeout_s, this worker "
+    print(f"[raytrainer] rank {rank} stalled for {seconds:.0f} s in {phase}: past hang_timeout_s, this worker "
           "exits so that Ray Train restarts the group from the newest committed checkpoint (a failure against "
           "max_failures). Raise hang_timeout_s if this phase is legitimately that slow.", file=sys.stderr,
           flush=True)

@@ -146,6 +146,6 @@ def test_the_loop_in_process_names_the_callback_and_only_warns(tmp_path, capfd):
     output = Trainer(model=make_model(), args=args, train_dataset=TokenData(16), callbacks=[SleepsAtStep()]).train()
     assert output.global_step == 3
     err = capfd.readouterr().err
-    assert "raytrainer: rank 0 has made no progress for " in err
+    assert "[raytrainer] rank 0 has made no progress for " in err  # through the sink (DirectSink here)
     assert "in on_step_end (callbacks, control) at " in err and "(on_step_end)" in err and "test_watchdog.py" in err
     assert current() is UNWATCHED
