@@ -3,6 +3,7 @@ with `logging_steps=1` plus driver callbacks of increasing cost, as ratios of th
 
     python benchmarks/events.py                 # 300 steps x 2 rounds, ~3 min on 2 cores
     python benchmarks/events.py --quick         # 120 steps x 1 round
+    python benchmarks/events.py --variants off,step_end,step_end_next
 
 Variants (all 2 workers, DDP over gloo, the MLP of overhead.py, no checkpoints):
   off       logging_strategy="no": events still stream (steps), nobody waits for the driver
@@ -11,6 +12,8 @@ Variants (all 2 workers, DDP over gloo, the MLP of overhead.py, no checkpoints):
   step_end  logging_steps=1 and a callback that may stop training in on_step_end: a round trip per step
   on_eval   logging_steps=1 and an early stopper listening to on_evaluate only (no evaluation here): no
             round trip, the cost of a typical EarlyStoppingCallback between evaluations
+  on_log_next, step_end_next   on_log and step_end with callback_decisions="next_step": the answer is
+            applied one step later, so no step waits for it
 
 Target: on_log / off <= 1.03 (the issue's "a driver callback that can stop training attached").
 """
@@ -60,6 +63,8 @@ VARIANTS = {
     "on_log": (dict(logging_steps=1), [MayStopOnLog]),
     "step_end": (dict(logging_steps=1), [MayStopOnStep]),
     "on_eval": (dict(logging_steps=1), [MayStopOnEvaluate]),
+    "on_log_next": (dict(logging_steps=1, callback_decisions="next_step"), [MayStopOnLog]),
+    "step_end_next": (dict(logging_steps=1, callback_decisions="next_step"), [MayStopOnStep]),
 }
 
 
@@ -89,7 +94,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--variants", default="off,observe,on_log,step_end,on_eval")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     cfg = Config(steps=opts.steps or (120 if opts.quick else 300))

@@ -231,6 +231,12 @@ class TrainingArguments(DriverView):
         "Peak FLOP/s of one worker's device, for the train_mfu_percent log key (e.g. 989e12 for an H100 SXM in "
         "bf16). Default: known GPUs from a table; no MFU key on CPU or an unknown GPU.", default=None)
 
+    callback_decisions: str = _help(
+        "When a driver callback's decision (stop, save, log, evaluate) in on_step_end or on_log takes effect: "
+        "'same_step' (as transformers: each such step waits for the driver's answer) or 'next_step' (training "
+        "goes on; every rank applies the answer at the next step's on_step_end, or at the epoch's last step). "
+        "Decisions in other events apply at once.", default="same_step")
+
     # --- reporting and optimizer options ---
     report_to: None | str | list[str] = _help(
         "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow' "
@@ -494,6 +500,9 @@ class TrainingArguments(DriverView):
                 self.peak_flops_per_device, (int, float)) or not self.peak_flops_per_device > 0):
             raise ConfigError(f"peak_flops_per_device={self.peak_flops_per_device!r} must be a positive number of "
                               "FLOP/s (e.g. 989e12 for an H100 SXM in bf16), or None for the built-in table.")
+        if self.callback_decisions not in ("same_step", "next_step"):
+            raise ConfigError(f"callback_decisions={self.callback_decisions!r} must be 'same_step' (wait for the "
+                              "driver's answer at each step) or 'next_step' (apply it one step later).")
         if self.neftune_noise_alpha is not None and not self.neftune_noise_alpha > 0:
             raise ConfigError(f"neftune_noise_alpha={self.neftune_noise_alpha!r} must be > 0 (or None to disable).")
         if self.eval_delay < 0:

@@ -209,6 +209,7 @@ OURS_FIELDS: Dict[str, str] = {
     "hang_warning_s": "A worker without progress this long is named on the console (rank, phase, line); 0: off.",
     "hang_timeout_s": "A worker without progress this long exits; its group restarts (a failure); 0: off.",
     "peak_flops_per_device": "Peak FLOP/s of one device, for the MFU log key; default: a table of known GPUs.",
+    "callback_decisions": "A driver callback's step-end/log decision: same_step (waits) or next_step.",
     "logging_dir": "transformers 4's name (transformers 5 reads TENSORBOARD_LOGGING_DIR); kept for scripts.",
     "group_by_length": "transformers 4's spelling of train_sampling_strategy='group_by_length'.",
 }

@@ -66,17 +66,26 @@ class Emitter:
                 with self._lock:
                     self._in_flight = [r for r in self._in_flight if not _done(r)] + [ref]
 
-    def request_control(self) -> Decision:
-        """Send what is buffered and wait for the driver's control decision on it. An async actor may start
-        a later call before an earlier one: the pushes still in flight land first, so the driver decides on
-        every event up to this one."""
+    def request_control(self, wait: bool = True) -> Any:
+        """Send what is buffered and ask for the driver's control decision on it: the Decision, or with
+        `wait=False` a handle for `answer` (callback_decisions="next_step"). An async actor may start a later
+        call before an earlier one: the pushes still in flight land first, so the driver decides on every
+        event up to this one (one request is open at a time: the loop takes an answer before it asks again)."""
         if self._remote:
             import ray
 
             with self._lock:
                 in_flight, self._in_flight = self._in_flight, []
             ray.get(in_flight)
-        return self._call("push_and_await", self._take(), wait=True)
+        return self._call("push_and_await", self._take(), wait=wait)
+
+    def answer(self, request: Any) -> Decision:
+        """The Decision of a `request_control(wait=False)`, waiting for it if it has not arrived."""
+        if self._remote:
+            import ray
+
+            return ray.get(request)
+        return request
 
     def group_started(self, start: GroupStart) -> Optional[RestartHistory]:
         """See `coordinator/history.py`: None for the job's first worker group."""

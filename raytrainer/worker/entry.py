@@ -31,7 +31,8 @@ def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, 
     `taken_at`: the sink's stamp of rank 0 taking the job."""
     trainer.ctx = ctx
     trainer._place_auxiliary_modules()
-    events = LoopEvents(trainer, ctx, emitter, job.get("control_points", ()), job.get("rank_callbacks", ()))
+    events = LoopEvents(trainer, ctx, emitter, job.get("control_points", ()), job.get("rank_callbacks", ()),
+                        next_step=trainer.args.callback_decisions == "next_step")
     kind = JobKind(job["kind"])
     if kind is JobKind.TRAIN:
         loop = TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from"), on_ray=on_ray)

@@ -260,8 +260,12 @@ class TrainLoop:
             control = self.events.fire("step_end")
             self._step_ended = True  # its preemption or Ctrl-C flags go with the next exchange
             control = self._maybe_log_evaluate_save(state, control)
+            self.events.end_step()  # callback_decisions="next_step": ask the driver now, apply at the next step
             if state.global_step >= state.max_steps:
                 control.should_training_stop = True
+        deferred = self.events.settle()  # the last step's answer (callback_decisions="next_step")
+        if deferred is not None:
+            control = self._apply_deferred(state, control, deferred)
         if self._step_ended:  # the loop ends without another step (max_steps, a callback): read the last one's
             self._agree(None)
             if self.stops.reason is not None:
@@ -375,6 +379,24 @@ class TrainLoop:
         if (control.should_save or (args.save_strategy == "steps" and (step % state.save_steps == 0 or last))
                 or (args.save_strategy == "best" and evaluated and state.best_global_step == step)
                 or (control.should_training_stop and args.save_strategy != "no")):
+            self._save(state)
+        control.should_log = control.should_evaluate = control.should_save = False
+        return control
+
+    def _apply_deferred(self, state: TrainerState, control: TrainerControl,
+                        deferred: TrainerControl) -> TrainerControl:
+        """The answer to the epoch's last step (callback_decisions="next_step"), applied at that step as the
+        next step's on_step_end would have: a stop (with its final checkpoint), log / evaluate / save asked."""
+        stop = deferred.should_training_stop and not control.should_training_stop
+        control.should_training_stop |= deferred.should_training_stop
+        control.should_epoch_stop |= deferred.should_epoch_stop
+        control.should_log, control.should_evaluate = deferred.should_log, deferred.should_evaluate
+        control.should_save = deferred.should_save or (stop and self.args.save_strategy != "no")
+        if control.should_log:
+            control = self._log(state)
+        if control.should_evaluate:
+            control = self._evaluate(state)
+        if control.should_save and self._saved_step != state.global_step:
             self._save(state)
         control.should_log = control.should_evaluate = control.should_save = False
         return control

@@ -124,6 +124,40 @@ def test_control_from_the_driver_and_from_one_rank_is_applied_by_every_rank_at_t
         assert stats[1]["data_wait_s"] >= 0.1 > 0.05 > stats[0]["data_wait_s"]
 
 
+class AskAtSteps(TrainerCallback):
+    """A driver callback asking for a save after step 2, an evaluation after step 5 (the first epoch's last
+    step) and a stop in on_log at step 6."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = state.global_step == 2
+        control.should_evaluate = state.global_step == 5
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.global_step == 6:
+            control.should_training_stop = True
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_next_step_decisions_apply_one_step_later_or_at_the_epochs_last_step(tmp_path, workers):
+    """callback_decisions="next_step": training does not wait for the driver's answer; every rank applies it
+    at the next step's on_step_end (save asked at 2 -> 3, stop asked at 6 -> 7 with its final checkpoint), or
+    at the step itself when it ends an epoch (evaluation asked at 5). The same steps whatever the world size."""
+    args = args_for(tmp_path, workers, 4 // max(workers, 1), eval_strategy="no", save_steps=100, max_steps=10,
+                    callback_decisions="next_step")
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(33), eval_dataset=TokenData(13, seed=1),
+                      callbacks=[AskAtSteps()])
+    assert trainer.train().global_step == 7
+    assert [info.step for info in list_checkpoints(args.output_dir) if info.committed] == [3, 7]
+    assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [5]
+
+
+def test_callback_decisions_names_its_two_values(tmp_path):
+    from raytrainer import ConfigError
+
+    with pytest.raises(ConfigError, match="'same_step'.*'next_step'"):
+        TrainingArguments(output_dir=str(tmp_path), callback_decisions="later")
+
+
 def test_control_points_follow_what_steering_callbacks_listen_to():
     class OnEvaluate(TrainerCallback):
         def on_evaluate(self, args, state, control, **kwargs):
