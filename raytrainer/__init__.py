@@ -5,22 +5,53 @@
     Trainer(model=model, args=args, train_dataset=train, eval_dataset=val).train()
 """
 
-from .argparser import ArgumentParser
-from .args import TrainingArguments
-from .callbacks.base import TrainerCallback
-from .callbacks.early_stopping import EarlyStoppingCallback
-from .callbacks.profiler import ProfilerCallback
-from .callbacks.progress import PrinterCallback, ProgressCallback
-from .data.collator import DefaultCollator
-from .errors import ConfigError, StorageError
-from .report_to import register_reporter
-from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
-from .trainer import Trainer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+# Imported on first use (PEP 562): a process that needs one module of the package (the event sink actor, a
+# Ray Train helper) does not pay for torch and transformers' imports.
+_EXPORTS = {
+    "ArgumentParser": ".argparser", "TrainingArguments": ".args", "TrainerCallback": ".callbacks.base",
+    "EarlyStoppingCallback": ".callbacks.early_stopping", "ProfilerCallback": ".callbacks.profiler",
+    "PrinterCallback": ".callbacks.progress", "ProgressCallback": ".callbacks.progress",
+    "DefaultCollator": ".data.collator", "ConfigError": ".errors", "StorageError": ".errors",
+    "register_reporter": ".report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
+    "TrainerControl": ".state", "TrainerState": ".state", "TrainOutput": ".state", "Trainer": ".trainer",
+}
 
 __all__ = [
     "ArgumentParser", "ConfigError", "DefaultCollator", "EarlyStoppingCallback", "EvalPrediction",
     "PredictionOutput", "PrinterCallback", "ProfilerCallback", "ProgressCallback", "StorageError", "Trainer",
     "TrainerCallback", "TrainerControl", "TrainerState", "TrainingArguments", "TrainOutput", "register_reporter",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raytrainer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
+    from .argparser import ArgumentParser
+    from .args import TrainingArguments
+    from .callbacks.base import TrainerCallback
+    from .callbacks.early_stopping import EarlyStoppingCallback
+    from .callbacks.profiler import ProfilerCallback
+    from .callbacks.progress import PrinterCallback, ProgressCallback
+    from .data.collator import DefaultCollator
+    from .errors import ConfigError, StorageError
+    from .report_to import register_reporter
+    from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
+    from .trainer import Trainer

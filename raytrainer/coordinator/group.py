@@ -193,6 +193,12 @@ class WorkerGroup:
         if wait:
             self.join(CLOSE_TIMEOUT_S)
 
+    def stop_now(self):
+        """Kill the controller and the sink without waiting (the driver exits; a running job is lost)."""
+        self.closing = True
+        self._abort()
+        self._kill_sink()
+
     def join(self, timeout_s: float):
         self._thread.join(timeout_s)
         if self._thread.is_alive():

@@ -33,7 +33,7 @@ def hold(group):
     _LIVE[id(group)] = group
     if not _EXIT_REGISTERED:
         # Registered after ray.init's own handler (a group needs Ray), so it runs before it.
-        atexit.register(release_all)
+        atexit.register(_release_at_exit)
         _EXIT_REGISTERED = True
 
 
@@ -59,6 +59,15 @@ def release_all(wait: bool = True):
         if not group.thread_alive():
             _LIVE.pop(id(group), None)
         release(group, wait)
+
+
+def _release_at_exit():
+    """At exit no call runs on a group any more and Ray is about to go (an embedded one) or to end this
+    driver's actors (a cluster): stop each group's controller (its workers and placement group go with it)
+    and sink at once instead of Ray Train's graceful shutdown, which took ~3 s of every script's exit."""
+    for group in list(_LIVE.values()):
+        group.stop_now()
+    _LIVE.clear()
 
 
 def check_room(need: Dict[str, float], asking: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Any, Iterable, List, Optional, Tuple
 
 import torch
@@ -65,6 +66,8 @@ def loss_shifts_labels(model: nn.Module) -> bool:
     name = type(model).__name__
     if name.endswith("ForCausalLM") or name.endswith("LMHeadModel"):
         return True
+    if "transformers" not in sys.modules:  # no transformers model here: skip its loss module's import
+        return False
     try:
         from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
     except ImportError:

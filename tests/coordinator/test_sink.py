@@ -6,6 +6,8 @@ group whose sink "handle" runs each call on that loop."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 import pytest
@@ -30,6 +32,7 @@ from raytrainer.protocol import (
     Stall,
 )
 from raytrainer.state import TrainerState
+from tests.support import ROOT
 
 
 @pytest.fixture
@@ -317,3 +320,12 @@ def test_messages_survive_pickling_as_ray_sends_them():
                     JobFailed("a", "c", "e"), Stall(1, "all_reduce", 3.0)):
         assert pickle.loads(pickle.dumps(message)) == message
     assert f"{JobKind.EVALUATE}()" == "evaluate()" and str(Reason.RESIZE) == "resize"
+
+
+def test_the_sink_actors_process_imports_neither_torch_nor_transformers():
+    """The sink starts beside every new worker group (on 2 cores it competes with the group's start): its
+    module must not pull torch in through the package (raytrainer/__init__.py imports on first use)."""
+    code = ("import sys, raytrainer.coordinator.sink; "
+            "print(sorted(m for m in ('torch', 'transformers', 'ray.data') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
