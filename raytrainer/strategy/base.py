@@ -23,6 +23,9 @@ class Strategy:
     name = "single"
     # Whether checkpoints hold per-rank shards (torch.distributed.checkpoint) instead of one full copy.
     shards_state = False
+    # Every rank's model was unpickled from one copy (Trainer(model=...), not model_init): the weights are the
+    # same everywhere before any collective, so DDP need not broadcast them at start-up (set by the loop).
+    same_weights_everywhere = False
 
     def __init__(self, ctx: WorkerContext, args=None):
         self.ctx = ctx

@@ -34,7 +34,10 @@ class DDPStrategy(Strategy):
 
     def wrap(self, model: nn.Module, blocks: List[nn.Module]) -> nn.Module:
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        return _DDP(model, device_ids=device_ids, **ddp_options(self.args))
+        # init_sync=False: no check of shapes and no broadcast of rank 0's weights when every rank already holds
+        # the same ones (seconds of a large model's start-up; model_init keeps them: its ranks build their own).
+        return _DDP(model, device_ids=device_ids, init_sync=not self.same_weights_everywhere,
+                    **ddp_options(self.args))
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

@@ -104,6 +104,7 @@ class TrainLoop:
         model = apply_liger_kernel(model, args)  # a no-op unless use_liger_kernel
         marks.mark("build")
         trainer.strategy = make_strategy(args, ctx)
+        trainer.strategy.same_weights_everywhere = trainer.model_init is None  # one pickle, unpacked on each rank
         trainer.model_wrapped = trainer.strategy.setup(model)
         trainer.model = trainer.strategy.unwrap(trainer.model_wrapped)
         marks.mark("wrap")

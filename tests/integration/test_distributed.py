@@ -7,6 +7,7 @@ zero-weight filler there, which must change nothing.
 
 import numpy as np
 import pytest
+import torch
 
 from raytrainer import Trainer, TrainingArguments
 from raytrainer.checkpoint.manifest import is_committed
@@ -47,6 +48,25 @@ def test_two_workers_batch_4_equal_one_worker_batch_8_and_in_process(tmp_path, r
     losses = lambda t: [h["loss"] for h in t.state.log_history if "loss" in h]  # noqa: E731
     np.testing.assert_allclose(losses(two), losses(ref_trainer), rtol=1e-5)
     assert len(losses(two)) == 4
+
+
+def test_model_init_that_builds_other_weights_on_rank_1_trains_from_rank_0s(tmp_path, reference):
+    """A shipped model is one pickle on every rank, so DDP skips its start-up broadcast; model_init builds
+    a model on each rank, and there rank 0's weights must still reach the others before the first step."""
+    def model_init():
+        model = make_model()
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() == 1:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.add_(1.0)
+        return model
+
+    args = TrainingArguments(output_dir=str(tmp_path / "init"), num_workers=2, per_device_train_batch_size=4,
+                             num_train_epochs=2, learning_rate=1e-2, optim="adamw_torch", logging_steps=3,
+                             save_strategy="no", disable_tqdm=True, seed=7)
+    trainer = Trainer(model_init=model_init, args=args, train_dataset=TokenData(41))
+    trainer.train()
+    assert_same_weights(weights(trainer.model), weights(reference[0].model))
 
 
 def test_two_workers_with_accumulation_match_in_process(tmp_path, reference, monkeypatch):
