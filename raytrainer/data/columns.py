@@ -158,6 +158,17 @@ def extract_loss(outputs: Any, input_keys: Iterable[str] = ()) -> torch.Tensor:
     return loss
 
 
+def default_ignore_keys(model) -> list:
+    """The outputs of `model` that are no predictions, as transformers' Trainer reads them: its config's
+    `keys_to_ignore_at_inference` (transformers < 5.24: `["past_key_values"]` on generative models), else
+    `["cache"]` for a model with a config (transformers >= 5.24 returns its generation cache under that name
+    and dropped the attribute); nothing for a plain torch model."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return []
+    return list(getattr(config, "keys_to_ignore_at_inference", ["cache"]))
+
+
 def extract_logits(outputs: Any, ignore_keys: Iterable[str] = ()) -> Any:
     """Everything the model returned except the loss (and `ignore_keys`); a single tensor when only one."""
     ignore = set(ignore_keys or ()) | {"loss"}

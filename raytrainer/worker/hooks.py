@@ -19,6 +19,7 @@ from ..data.columns import (
     ColumnFilter,
     accepts_argument,
     accepts_loss_kwargs,
+    default_ignore_keys,
     default_label_names,
     extract_logits,
     extract_loss,
@@ -270,8 +271,8 @@ class WorkerHooks:
 
     def prediction_step(self, model, inputs: dict, prediction_loss_only: bool, ignore_keys=None):
         """(loss, logits, labels) of one evaluation batch, without gradients."""
-        if ignore_keys is None:  # HF models name outputs that are not predictions (e.g. past_key_values)
-            ignore_keys = getattr(getattr(self.model, "config", None), "keys_to_ignore_at_inference", [])
+        if ignore_keys is None:  # outputs that are not predictions: a generation cache
+            ignore_keys = default_ignore_keys(self.model)
         inputs = self._prepare_inputs(inputs)
         label_names = self.label_names
         has_labels = all(inputs.get(n) is not None for n in label_names)
