@@ -10,6 +10,7 @@ import pytest
 import torch.distributed as dist
 
 from tests.s3server import s3_bucket, s3_server  # noqa: F401  (fixtures)
+from tests.support import SESSION_CPUS
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -21,9 +22,12 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 SINGLE_NODE = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
+_STATE_API: dict = {}  # RAY_API_SERVER_ADDRESS of the session's Ray, for drivers that join it
+
+
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray with 4 logical CPUs: two 1-CPU workers plus headroom, on a 2-core machine."""
+    """A local Ray with SESSION_CPUS logical CPUs, for the whole suite."""
     import ray
 
     from raytrainer.coordinator.cluster import connect, own_state_api
@@ -34,7 +38,8 @@ def ray_session():
         # whether the controller lives, and would otherwise ask the `ray start` cluster of another test
         # (coordinator/cluster.py, own_state_api).
         port, state_api = own_state_api()
-        ray.init(address="local", num_cpus=4, dashboard_port=port, logging_level="WARNING",
+        _STATE_API.update(state_api)
+        ray.init(address="local", num_cpus=SESSION_CPUS, dashboard_port=port, logging_level="WARNING",
                  runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **SINGLE_NODE, **state_api}})
     connect()  # reuses the running instance
     yield ray
@@ -42,6 +47,16 @@ def ray_session():
 
     holders.release_all(wait=True)  # before Ray goes: a group's fit() thread must not outlive it
     ray.shutdown()
+
+
+@pytest.fixture
+def join_session_ray(ray_session):
+    """The environment for a driver in a subprocess that joins the session's Ray (as a script does a running
+    cluster) instead of starting one of its own: ~5 s of start and a few of exit saved per driver. Only for
+    tests that are not about the embedded start (test_console and the first run_clm-shaped run keep theirs)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAYTRAINER_VERBOSE"}
+    env.update(RAY_ADDRESS=ray_session.get_runtime_context().gcs_address, **_STATE_API)
+    return env
 
 
 @pytest.fixture(autouse=True)

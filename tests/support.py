@@ -1,4 +1,4 @@
-"""Small helpers the test modules share: the repository root and free ports on loopback."""
+"""Small helpers the test modules share: the repository root, the session Ray's CPUs, free ports on loopback."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import os
 import socket
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Logical CPUs of the test session's Ray (tests/conftest.py): the pool's idle 2-worker and 1-worker groups, plus a
+# subprocess driver's 2 workers beside them (the `join_session_ray` fixture), on a 2-core machine.
+SESSION_CPUS = 6
 
 
 def free_ports(n: int = 1) -> list:

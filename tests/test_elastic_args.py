@@ -6,6 +6,7 @@ import pytest
 from raytrainer import ConfigError, Trainer, TrainingArguments
 from raytrainer.argparser import ArgumentParser
 from tests.models import TokenData, make_model
+from tests.support import SESSION_CPUS
 
 
 @pytest.mark.parametrize("value, message", [
@@ -38,9 +39,10 @@ def test_ranges_from_the_command_line_and_yaml(tmp_path):
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_minimum_the_cluster_cannot_place_is_refused_before_any_actor(tmp_path):
-    # The test session's Ray has 4 CPUs: 5 one-CPU workers can never be placed; the maximum may exceed it.
-    trainer = Trainer(model=make_model(), args=TrainingArguments(output_dir=str(tmp_path), num_workers=(5, 6),
-                                                                 gradient_accumulation_steps=30),
+    # The test session's Ray has 6 CPUs: 7 one-CPU workers can never be placed; the maximum may exceed it.
+    assert SESSION_CPUS == 6
+    trainer = Trainer(model=make_model(), args=TrainingArguments(output_dir=str(tmp_path), num_workers=(7, 8),
+                                                                 gradient_accumulation_steps=56),
                       train_dataset=TokenData(8))
-    with pytest.raises(ConfigError, match=r"num_workers=\(5, 6\) \(at least 5 to start\) needs 5 CPU"):
+    with pytest.raises(ConfigError, match=r"num_workers=\(7, 8\) \(at least 7 to start\) needs 7 CPU"):
         trainer.train()

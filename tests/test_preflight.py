@@ -7,6 +7,7 @@ import torch
 
 from raytrainer import ConfigError, StorageError, Trainer, TrainingArguments
 from tests.models import NoLossModel, TokenData, make_model
+from tests.support import SESSION_CPUS
 
 
 def args(tmp_path, **kw):
@@ -96,7 +97,7 @@ def test_more_workers_than_the_cluster_can_place_names_the_resource(tmp_path):
 
     before = alive_actors()
     trainer = Trainer(model=make_model(), args=args(tmp_path, num_workers=64), train_dataset=TokenData(8))
-    with pytest.raises(ConfigError, match=r"num_workers=64 needs 64 CPU .*cluster can place at most 4"):
+    with pytest.raises(ConfigError, match=rf"num_workers=64 needs 64 CPU .*cluster can place at most {SESSION_CPUS}"):
         trainer.train()
     gpu = Trainer(model=make_model(), args=args(tmp_path, num_workers=1, use_gpu=True), train_dataset=TokenData(8))
     with pytest.raises(ConfigError, match="1 GPU but no node of the cluster has that much"):

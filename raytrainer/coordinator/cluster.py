@@ -35,6 +35,8 @@ def connect(address: str | None = None):
     if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
         port, own = own_state_api()
         env_vars, dashboard = {**env_vars, **own}, {"dashboard_port": port}
+    elif os.environ.get(API_SERVER_ENV):  # a cluster joined: the state API the user named is its, not the
+        env_vars[API_SERVER_ENV] = os.environ[API_SERVER_ENV]  # machine's last `ray start` cluster (below)
     ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **dashboard)
     filter_forwarded_logs()
 

@@ -27,3 +27,26 @@ def test_a_live_cluster_address_is_joined(monkeypatch):
 def test_no_address_file_starts_a_new_local_ray(monkeypatch):
     monkeypatch.setattr(ray._private.utils, "read_ray_address", lambda *a: None)
     assert _running_local_cluster() == "local"
+
+
+def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch):
+    """RAY_API_SERVER_ADDRESS reaches the job's processes (Ray Train's placement-group cleaner asks it whether
+    the controller lives), instead of their falling back to the machine's last `ray start` cluster."""
+    import ray
+
+    from raytrainer.coordinator import cluster
+
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(cluster, "filter_forwarded_logs", lambda: None)
+    monkeypatch.setattr(cluster, "quiet_driver", lambda: None)
+    monkeypatch.setenv("PYTHONPATH", "")
+    monkeypatch.setenv(cluster.API_SERVER_ENV, "http://127.0.0.1:8265")
+    cluster.connect("127.0.0.1:6379")
+    assert seen["address"] == "127.0.0.1:6379"
+    assert seen["runtime_env"]["env_vars"][cluster.API_SERVER_ENV] == "http://127.0.0.1:8265"
+
+    monkeypatch.delenv(cluster.API_SERVER_ENV)
+    cluster.connect("127.0.0.1:6379")  # nothing named: Ray's own lookup, as before
+    assert cluster.API_SERVER_ENV not in seen["runtime_env"]["env_vars"]

@@ -57,9 +57,13 @@ def inputs(tmp_path_factory):
     return root
 
 
-def run(inputs, output_dir, max_steps: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(inputs / "hf-home"),
-           "RAY_ADDRESS": "local"}  # a Ray of its own, as a user's script gets
+def run(inputs, output_dir, max_steps: int, ray_env=None) -> subprocess.CompletedProcess:
+    """`ray_env`: the environment of a running Ray to join; without it the script starts a Ray of its own, as
+    a user's script gets."""
+    env = {**(ray_env or os.environ), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(inputs / "hf-home")}
+    if ray_env is None:
+        env["RAY_ADDRESS"] = "local"
     env.pop("PYTHONPATH", None)  # the script's folder and the metric's module reach the workers by themselves
     cmd = [sys.executable, SCRIPT, "--tokenizer_name", str(inputs / "tokenizer"),
            "--train_file", str(inputs / "train.txt"), "--validation_file", str(inputs / "validation.txt"),
@@ -71,7 +75,10 @@ def run(inputs, output_dir, max_steps: int) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=str(inputs), env=env, capture_output=True, text=True, timeout=400)
 
 
-def test_a_run_clm_shaped_script_trains_evaluates_resumes_and_writes_its_results(inputs, tmp_path):
+def test_a_run_clm_shaped_script_trains_evaluates_resumes_and_writes_its_results(inputs, tmp_path,
+                                                                                 join_session_ray):
+    """The first run starts a Ray of its own; the second joins a running one (the test session's), as a
+    script on a cluster does: the driver-only modules then travel through Ray, not the inherited PYTHONPATH."""
     output_dir = tmp_path / "out"
     first = run(inputs, output_dir, max_steps=3)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
@@ -79,7 +86,7 @@ def test_a_run_clm_shaped_script_trains_evaluates_resumes_and_writes_its_results
     assert "Process rank: -1, device: cpu, n_gpu: 0, distributed training: True" in first.stdout + first.stderr
     assert os.path.isdir(output_dir / "checkpoint-3")
 
-    second = run(inputs, output_dir, max_steps=6)  # get_last_checkpoint finds checkpoint-3
+    second = run(inputs, output_dir, max_steps=6, ray_env=join_session_ray)  # get_last_checkpoint: checkpoint-3
     out = second.stdout + second.stderr
     assert second.returncode == 0, out[-4000:]
     assert "Checkpoint detected, resuming training at" in out and "checkpoint-3" in out

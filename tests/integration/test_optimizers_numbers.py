@@ -164,14 +164,14 @@ def test_two_workers_equal_transformers_in_one_process(ray_session, tmp_path, mo
     """One Trainer (one worker group) runs every case; every difference above RTOL is listed."""
     cases = [c for c in TWO_WORKER_CASES if _installed(c[0])]
     found = {}
-    with Trainer(model=tiny_model("llama"), args=TrainingArguments(output_dir=str(tmp_path),
-                                                                               num_workers=2),
-                              train_dataset=tiny_rows("llama")) as trainer:
-        for optim, batch, accumulation in cases:
-            ref = reference(optim, tmp_path, 2 * batch, accumulation, monkeypatch)
-            worst = relative_differences(ref, ours(trainer, optim, tmp_path, 2, batch, accumulation))
-            if max(worst.values()) > RTOL:
-                found[f"{optim} 2x{batch}x{accumulation}"] = worst
+    # No close(): the group stays in the pool for the next test, as for a script's next Trainer.
+    trainer = Trainer(model=tiny_model("llama"), args=TrainingArguments(output_dir=str(tmp_path), num_workers=2),
+                      train_dataset=tiny_rows("llama"))
+    for optim, batch, accumulation in cases:
+        ref = reference(optim, tmp_path, 2 * batch, accumulation, monkeypatch)
+        worst = relative_differences(ref, ours(trainer, optim, tmp_path, 2, batch, accumulation))
+        if max(worst.values()) > RTOL:
+            found[f"{optim} 2x{batch}x{accumulation}"] = worst
     assert found == {}
 
 

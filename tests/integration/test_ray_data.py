@@ -17,6 +17,7 @@ from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.errors import ConfigError
 from raytrainer.storage import join
 from tests.models import VOCAB, assert_same_weights, make_model, weights
+from tests.support import SESSION_CPUS
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 ROWS = 51  # odd: 26 + 25 rows on 2 workers, so one rank pads its last micro-batch
@@ -165,22 +166,23 @@ def test_in_process_and_bad_input(tmp_path):
     with pytest.raises(ConfigError, match="no 'labels' column"):
         make_trainer(tmp_path, "nolabels", unlabeled, max_steps=2).train()
 
-    # 4 workers of 1 CPU (asked for) on the test Ray's 4 CPUs leave none for Ray Data's tasks: refused before
-    # any actor.
+    # As many workers of 1 CPU (asked for) as the test Ray has CPUs leave none for Ray Data's tasks: refused
+    # before any actor.
     with pytest.raises(ConfigError, match="leaves none for Ray Data's own tasks.*resources_per_worker"):
-        make_trainer(tmp_path, "nocpu", rows(), num_workers=4, resources_per_worker={"CPU": 1}).train()
+        make_trainer(tmp_path, "nocpu", rows(), num_workers=SESSION_CPUS, resources_per_worker={"CPU": 1}).train()
 
 
 def test_on_a_ray_started_here_workers_that_would_hold_every_cpu_reserve_less_for_ray_data():
-    """The laptop case (as many workers as cores, on the Ray this process started: here the test session's 4
+    """The laptop case (as many workers as cores, on the Ray this process started: here the test session's 6
     logical CPUs): each worker reserves a little less than a CPU, and the run is no longer refused."""
     from raytrainer.coordinator import cluster
 
-    args = TrainingArguments(output_dir="unused", num_workers=4)
+    assert SESSION_CPUS == 6
+    args = TrainingArguments(output_dir="unused", num_workers=6)
     assert cluster.started_here()
     cluster.leave_cpus_for_data(args, use_gpu=False)
-    assert args.resources_per_worker == {"CPU": 0.87}
-    cluster.check_cpus_left_for_data(4, cluster.worker_resources(args, False))  # no error now
-    asked = TrainingArguments(output_dir="unused", num_workers=4, resources_per_worker={"CPU": 1})
+    assert args.resources_per_worker == {"CPU": 0.91}  # (6 - 0.5) / 6, rounded down
+    cluster.check_cpus_left_for_data(6, cluster.worker_resources(args, False))  # no error now
+    asked = TrainingArguments(output_dir="unused", num_workers=6, resources_per_worker={"CPU": 1})
     cluster.leave_cpus_for_data(asked, use_gpu=False)
     assert asked.resources_per_worker == {"CPU": 1}  # the user's own reservation is kept (and refused above)

@@ -43,12 +43,12 @@ def _seen(path):
         return {r["step"]: r["idx"] for r in map(json.loads, f)}
 
 
-def _script(output_dir, result, storage_options, *extra, wait=True):
+def _script(output_dir, result, storage_options, *extra, wait=True, env=None):
     cmd = [sys.executable, "-m", "tests.resume_script", output_dir, str(result)]
     if storage_options:
         cmd += ["--storage-options", json.dumps(storage_options)]
     cmd += list(extra)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     if wait:
         proc.wait(timeout=300)
     return proc
@@ -127,12 +127,13 @@ def test_resume_continues_the_epoch_or_starts_it_over_with_ignore_data_skip(tmp_
     assert _seen(seen)[5] == (ref_seen[1] if ignore_data_skip else ref_seen[5])
 
 
-@pytest.mark.usefixtures("ray_session")
-def test_ctrl_c_then_sigkill_of_a_two_worker_ray_driver_and_resume_end_exact(tmp_path, uninterrupted):
-    """The driver runs its own Ray job with 2 workers. Ctrl-C (SIGINT): every worker saves at the next step
-    boundary, the checkpoint commits, train() raises KeyboardInterrupt. The rerun with resume is killed with
-    SIGKILL (the job's actors go with it) once a later checkpoint commits. Resuming that (here in one
-    process: the same global batch) ends with the uninterrupted run's weights."""
+def test_ctrl_c_then_sigkill_of_a_two_worker_ray_driver_and_resume_end_exact(tmp_path, uninterrupted,
+                                                                           join_session_ray):
+    """The driver runs its own Ray job with 2 workers, on a running Ray (the session's, as a script joins a
+    cluster). Ctrl-C (SIGINT): every worker saves at the next step boundary, the checkpoint commits, train()
+    raises KeyboardInterrupt. The rerun with resume is killed with SIGKILL (the job's actors go with it) once a
+    later checkpoint commits. Resuming that (here in one process: the same global batch) ends with the
+    uninterrupted run's weights."""
     output_dir = str(tmp_path / "run")
 
     def committed_step():
@@ -141,7 +142,7 @@ def test_ctrl_c_then_sigkill_of_a_two_worker_ray_driver_and_resume_end_exact(tmp
 
     def run_until_committed_after(step, *extra):
         proc = _script(output_dir, tmp_path / "never.pt", None, "--num-workers", "2", "--sleep-per-step", "0.3",
-                       *extra, wait=False)
+                       *extra, wait=False, env=join_session_ray)
         deadline = time.time() + 180
         while (committed_step() or 0) <= step and time.time() < deadline:
             assert proc.poll() is None, proc.stdout.read()[-3000:]

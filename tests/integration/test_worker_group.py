@@ -18,6 +18,7 @@ from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.coordinator.launcher import TrainingError
 from raytrainer.errors import ConfigError
 from tests.models import VOCAB, TokenData, assert_same_weights, make_model, weights
+from tests.support import SESSION_CPUS
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -85,11 +86,34 @@ def our_actors() -> list:
             if a["State"] == "ALIVE" and a["ActorClassName"] in OURS]
 
 
-def wait_until_no_actor_of_ours(timeout_s: float = 30.0) -> list:
+def wait_until_no_actor_of_ours(timeout_s: float = 30.0, among=our_actors) -> list:
     deadline = time.monotonic() + timeout_s
-    while (left := our_actors()) and time.monotonic() < deadline:
+    while (left := among()) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
+
+
+class ActorsOf:
+    """The actors of one group, named while it lives: its sink, its Ray Train controller and every worker that
+    controller created (replacements too), so a test can check that none is left after close() while other
+    groups of the pool live on."""
+
+    def __init__(self, group):
+        import ray
+
+        self.sink = group.sink._actor_id.hex()
+        self.controller = ray.get(group.sink.controller.remote(), timeout=10)._actor_id.hex()
+
+    def __call__(self) -> list:
+        import ray._private.state
+
+        table = ray._private.state.actors()
+        address = table[self.controller]["Address"]
+        owner = (address["IPAddress"], address["Port"])
+        return [a["ActorClassName"] for actor_id, a in table.items()
+                if a["State"] == "ALIVE" and a["ActorClassName"] in OURS
+                and (actor_id in (self.sink, self.controller)
+                     or (a["OwnerAddress"]["IPAddress"], a["OwnerAddress"]["Port"]) == owner)]
 
 
 def options(tmp_path, **extra):
@@ -129,13 +153,16 @@ def test_train_resume_evaluate_predict_run_on_one_group_and_equal_the_same_calls
     assert prediction.metrics["test_loss"] == pytest.approx(expected_prediction.metrics["test_loss"], rel=1e-5)
 
 
-@pytest.mark.fresh_workers  # counts the actors of ours left
 def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable_and_close_leaves_no_actor(
         tmp_path):
+    """On the pool's idle group where there is one (as a script's later Trainer): its actors are named, and
+    close() must leave none of them, whatever other groups live on."""
     args = TrainingArguments(**options(tmp_path))
     trainer = Recording(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1))
     expected = trainer.evaluate()["eval_loss"]
     group = trainer._group
+    actors = ActorsOf(group)
+    assert sorted(actors()) == ["EventSink", "RayTrainWorker", "RayTrainWorker", "TrainController"]
     served = pids(trainer, "eval")
     os.kill(int(min(served)), signal.SIGKILL)
     assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)  # on a replaced group
@@ -150,7 +177,7 @@ def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable
     assert trainer._group is group  # Ray Train replaced the failed workers inside the same group
 
     trainer.close()
-    assert wait_until_no_actor_of_ours() == []
+    assert wait_until_no_actor_of_ours(among=actors) == []
 
 
 @pytest.mark.fresh_workers  # counts the actors of ours left
@@ -185,15 +212,16 @@ def test_trainers_one_after_another_share_the_process_pool(tmp_path):
     assert wait_until_no_actor_of_ours() == []
 
 
-@pytest.mark.fresh_workers  # counts the actors of ours left
 def test_a_busy_group_refuses_the_next_call_and_the_idle_timeout(tmp_path, caplog):
+    """Not fresh: the busy group's refusal releases every idle group of the pool first (their resources are
+    what the second Trainer needs), so no actor of ours is left but this Trainer's group."""
     args = TrainingArguments(**options(tmp_path / "a", worker_idle_timeout_s=2))
     with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
         expected = trainer.evaluate()["eval_loss"]
         # Only a group running a job holds its resources against another call: here, marked busy as a call
         # in another thread would be. The second Trainer is told who holds them and how to release them.
         second = Trainer(model=make_model(), args=TrainingArguments(**options(
-            tmp_path / "b", resources_per_worker={"CPU": 2})), eval_dataset=FixedLength(4, seed=1))
+            tmp_path / "b", resources_per_worker={"CPU": SESSION_CPUS // 2})), eval_dataset=FixedLength(4, seed=1))
         trainer._group.busy = True
         with pytest.raises(ConfigError, match=r"while they run a job: the Trainer created at "
                                               r".*test_worker_group.py:\d+.*close\(\)"):
