@@ -60,23 +60,19 @@ def join_session_ray(ray_session):
 
 
 @pytest.fixture(autouse=True)
-def worker_groups(request):
+def worker_groups():
     """Worker groups are shared between tests as a script's Trainers share them (coordinator/holders.py): a
     test that needs "2 workers" takes the idle group an earlier test left, instead of paying a group start
-    (~10 s here). A test marked `fresh_workers` (it counts actors, kills workers, or times a group's life)
-    starts with no group of ours and leaves none. After any test, groups that no later test can take are
-    released: one that failed, and one that shards Ray Datasets only this test had."""
-    holders = sys.modules.get("raytrainer.coordinator.holders")  # not imported yet: no group exists
-    fresh = request.node.get_closest_marker("fresh_workers") is not None
-    if fresh and holders is not None:
-        holders.release_all(wait=True)
+    (~10 s here). A test that kills workers or closes groups names the actors of its own groups
+    (test_worker_group.ActorsOf) rather than asking for an empty pool. After any test, groups that no later
+    test can take are released: one that failed, and one that shards Ray Datasets only this test had."""
     yield
-    holders = sys.modules.get("raytrainer.coordinator.holders")
+    holders = sys.modules.get("raytrainer.coordinator.holders")  # not imported yet: no group exists
     for group in list(holders.live_groups() if holders is not None else []):
-        if group.closing and not fresh:
+        if group.closing:
             continue  # on its way out already
-        if fresh or group.busy or not group.alive or group.error is not None or group.spec.datasets:
-            holders.release(group, wait=fresh)  # without waiting: the release overlaps the next test
+        if group.busy or not group.alive or group.error is not None or group.spec.datasets:
+            holders.release(group, wait=False)  # without waiting: the release overlaps the next test
 
 
 @pytest.fixture(autouse=True)
