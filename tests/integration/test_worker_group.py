@@ -215,21 +215,26 @@ def test_trainers_one_after_another_share_the_process_pool(tmp_path):
 
 
 def test_a_busy_group_refuses_the_next_call_and_the_idle_timeout(tmp_path, caplog):
-    """Not fresh: the busy group's refusal releases every idle group of the pool first (their resources are
-    what the second Trainer needs), so no actor of ours is left but this Trainer's group."""
+    """The busy group is the pool's 2-worker one (its idle timeout must not end it while the second Trainer's
+    preflight runs on a loaded machine). Its refusal releases every idle group first (their resources are what
+    the second Trainer needs), so after close() no actor of ours is left but the idle-timeout Trainer's."""
+    busy = Trainer(model=make_model(), args=TrainingArguments(**options(tmp_path / "busy")),
+                   eval_dataset=FixedLength(16, seed=1))
+    expected = busy.evaluate()["eval_loss"]
+    # Only a group running a job holds its resources against another call: here, marked busy as a call in
+    # another thread would be. The second Trainer is told who holds them and how to release them.
+    second = Trainer(model=make_model(), args=TrainingArguments(**options(
+        tmp_path / "b", resources_per_worker={"CPU": SESSION_CPUS // 2})), eval_dataset=FixedLength(4, seed=1))
+    busy._group.busy = True
+    with pytest.raises(ConfigError, match=r"while they run a job: the Trainer created at "
+                                          r".*test_worker_group.py:\d+.*close\(\)"):
+        second.evaluate()
+    busy._group.busy = False
+    busy.close()
+
     args = TrainingArguments(**options(tmp_path / "a", worker_idle_timeout_s=2))
     with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
-        expected = trainer.evaluate()["eval_loss"]
-        # Only a group running a job holds its resources against another call: here, marked busy as a call
-        # in another thread would be. The second Trainer is told who holds them and how to release them.
-        second = Trainer(model=make_model(), args=TrainingArguments(**options(
-            tmp_path / "b", resources_per_worker={"CPU": SESSION_CPUS // 2})), eval_dataset=FixedLength(4, seed=1))
-        trainer._group.busy = True
-        with pytest.raises(ConfigError, match=r"while they run a job: the Trainer created at "
-                                              r".*test_worker_group.py:\d+.*close\(\)"):
-            second.evaluate()
-        trainer._group.busy = False
-
+        assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
         assert wait_until_no_actor_of_ours() == []  # released after 2 s without a call
         with caplog.at_level(logging.WARNING, logger="raytrainer"):
             assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)

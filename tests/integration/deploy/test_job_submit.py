@@ -32,34 +32,36 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="finding the 
                                 "environment marker) reads /proc, which only Linux has")
 
 
-def _marked_pids(marker: str) -> list[int]:
-    """Live processes whose environment carries `MARKER=marker` (Linux /proc; zombies have no environ)."""
-    needle = f"{MARKER}={marker}".encode()
+def _marked_pids(marker: str, root: str) -> list[int]:
+    """Live processes whose environment carries `MARKER=marker`, or the head's own `RAY_TMPDIR=root`: Ray 2.60
+    starts the dashboard agent without the marker, and an agent left behind spins at half a core for a minute
+    or more, slowing every test after this module (Linux /proc; zombies have no environ)."""
+    needles = (f"{MARKER}={marker}".encode(), f"RAY_TMPDIR={root}".encode())
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+                if any(needle in needles for needle in f.read().split(b"\0")):
                     pids.append(int(entry))
         except OSError:  # gone, or not ours
             continue
     return pids
 
 
-def _stop(marker: str, grace: float = 3.0) -> list[int]:
-    """SIGTERM the marked processes, SIGKILL what is left after `grace` s; returns the pids still alive."""
+def _stop(marker: str, root: str, grace: float = 3.0) -> list[int]:
+    """SIGTERM the head's processes, SIGKILL what is left after `grace` s; returns the pids still alive."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        for pid in _marked_pids(marker):
+        for pid in _marked_pids(marker, root):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while _marked_pids(marker) and time.monotonic() < deadline:
+        while _marked_pids(marker, root) and time.monotonic() < deadline:
             time.sleep(0.2)
-    return _marked_pids(marker)
+    return _marked_pids(marker, root)
 
 
 class Head:
@@ -108,7 +110,7 @@ def head():
         head.start()
         yield head
     finally:
-        left = _stop(head.marker)
+        left = _stop(head.marker, root)
         shutil.rmtree(root, ignore_errors=True)
         assert left == [], f"processes of the test's Ray head still running: {left}"
 
