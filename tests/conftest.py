@@ -23,6 +23,7 @@ SINGLE_NODE = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 _STATE_API: dict = {}  # RAY_API_SERVER_ADDRESS of the session's Ray, for drivers that join it
+SUBPROCESS_WORKERS = 2  # what a driver that joins the session's Ray asks for
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +55,10 @@ def join_session_ray(ray_session):
     """The environment for a driver in a subprocess that joins the session's Ray (as a script does a running
     cluster) instead of starting one of its own: ~5 s of start and a few of exit saved per driver. Only for
     tests that are not about the embedded start (test_console and the first run_clm-shaped run keep theirs)."""
+    holders = sys.modules.get("raytrainer.coordinator.holders")
+    if holders is not None and ray_session.available_resources().get("CPU", 0) < SUBPROCESS_WORKERS:
+        for group in holders.idle_groups():  # the driver's 2 workers would wait for them forever
+            holders.release(group, wait=True)
     env = {k: v for k, v in os.environ.items() if k != "RAYTRAINER_VERBOSE"}
     env.update(RAY_ADDRESS=ray_session.get_runtime_context().gcs_address, **_STATE_API)
     return env
