@@ -2,9 +2,9 @@
 
 The head is this module's own: a temporary HOME holds its token (`~/.ray/auth_token`), a separate `--temp-dir`
 its session files and address file, and free ports are chosen for everything it listens on, so the suite's
-session Ray and the user's `~/.ray` are untouched. Every process the head spawns inherits a marker variable;
-teardown stops exactly those (never `ray stop`, which would stop every Ray on the machine) and checks that
-none is left.
+session Ray and the user's `~/.ray` are untouched. Every process the head spawns inherits RAY_TMPDIR, the head's
+own temporary folder; teardown stops exactly those (never `ray stop`, which would stop every Ray on the machine)
+and checks that none is left.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 import pytest
 
@@ -25,49 +24,47 @@ from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.checkpoint.manifest import is_committed
 from tests.support import ROOT, free_ports
 
-MARKER = "RAYTRAINER_TEST_HEAD"
 RAY = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray") or "ray"
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="finding the test head's processes (by an "
-                                "environment marker) reads /proc, which only Linux has")
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="finding the test head's processes (by their "
+                                "environment) reads /proc, which only Linux has")
 
 
-def _marked_pids(marker: str, root: str) -> list[int]:
-    """Live processes whose environment carries `MARKER=marker`, or the head's own `RAY_TMPDIR=root`: Ray 2.60
-    starts the dashboard agent without the marker, and an agent left behind spins at half a core for a minute
-    or more, slowing every test after this module (Linux /proc; zombies have no environ)."""
-    needles = (f"{MARKER}={marker}".encode(), f"RAY_TMPDIR={root}".encode())
+def _head_pids(root: str) -> list[int]:
+    """Live processes whose environment carries the head's own `RAY_TMPDIR=root` (Linux /proc; zombies have no
+    environ). Ray 2.60 starts the dashboard agent without variables of the test's own (a marker variable missed
+    it), and an agent left behind spins at half a core for a minute or more, slowing every later test."""
+    needle = f"RAY_TMPDIR={root}".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if any(needle in needles for needle in f.read().split(b"\0")):
+                if needle in f.read().split(b"\0"):
                     pids.append(int(entry))
         except OSError:  # gone, or not ours
             continue
     return pids
 
 
-def _stop(marker: str, root: str, grace: float = 3.0) -> list[int]:
+def _stop(root: str, grace: float = 3.0) -> list[int]:
     """SIGTERM the head's processes, SIGKILL what is left after `grace` s; returns the pids still alive."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        for pid in _marked_pids(marker, root):
+        for pid in _head_pids(root):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while _marked_pids(marker, root) and time.monotonic() < deadline:
+        while _head_pids(root) and time.monotonic() < deadline:
             time.sleep(0.2)
-    return _marked_pids(marker, root)
+    return _head_pids(root)
 
 
 class Head:
     def __init__(self, root: str):
         self.root = root
-        self.marker = uuid.uuid4().hex
         self.gcs_port, self.dashboard_port, *self.other_ports = free_ports(7)
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
         self.home = os.path.join(root, "home")
@@ -78,7 +75,7 @@ class Head:
     def env(self, home: str | None = None, **extra) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}  # no RAY_ADDRESS, no auth override
         env.update(HOME=home or self.home, RAY_TMPDIR=self.root, PYTHONPATH=ROOT, RAY_TRAIN_V2_ENABLED="1",
-                   RAY_USAGE_STATS_ENABLED="0", **{MARKER: self.marker}, **extra)
+                   RAY_USAGE_STATS_ENABLED="0", **extra)
         return env
 
     def start(self):
@@ -96,7 +93,7 @@ class Head:
 
     def job(self, verb: str, *args: str, home: str | None = None, auth: bool = True, timeout: float = 240):
         env = self.env(home=home, **({"RAY_AUTH_MODE": "token"} if auth else {}))
-        env.pop(MARKER)  # the CLI client is the test's, not the head's
+        env.pop("RAY_TMPDIR")  # the CLI client is the test's, not the head's
         return subprocess.run([RAY, "job", verb, "--address", self.address, *args], env=env, capture_output=True,
                               text=True, timeout=timeout, cwd=ROOT)
 
@@ -110,7 +107,7 @@ def head():
         head.start()
         yield head
     finally:
-        left = _stop(head.marker, root)
+        left = _stop(root)
         shutil.rmtree(root, ignore_errors=True)
         assert left == [], f"processes of the test's Ray head still running: {left}"
 
