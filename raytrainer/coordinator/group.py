@@ -23,8 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional
 
 from ..protocol import Job, JobKind
+from ..scaling import bounds
 from ..verbosity import train_logging_config
 from ..worker.entry import ray_worker_main
+from .cluster import worker_resources
 from .sink import EventSink
 
 logger = logging.getLogger("raytrainer")
@@ -84,6 +86,8 @@ class WorkerGroup:
         self.closing = False
         self.busy = False  # a call's job is running on it: no other call takes or releases it (holders.py)
         self.user = None  # a weak reference to the Trainer that used it last: its close() releases it
+        # What its workers reserve at most (its controller and sink take no CPU): a release gives this back.
+        self.holds = {k: v * max(bounds(args.num_workers)) for k, v in worker_resources(args, spec.use_gpu).items()}
         # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
         # Each rank keeps a next_job call (and rank 0 a stop watch) in flight, so the concurrency grows with it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

@@ -77,12 +77,20 @@ def check_room(need: Dict[str, float], asking: str):
     nobody here holds is left to Ray (an autoscaler may add nodes; Ray Train waits for them as before)."""
     if _fits(need) or not _LIVE:
         return
+    before = _available()
     idle = [group for group in _LIVE.values() if not group.busy]
     for group in idle:
         release(group, wait=True)
+    # Wait until the need fits or everything the released groups held shows as available again (Ray shows
+    # it a moment after): then only the busy groups can make the call wait, and it fails at once.
+    held: Dict[str, float] = {}
+    for group in idle:
+        for name, amount in group.holds.items():
+            held[name] = held.get(name, 0.0) + amount
+    returned = {name: before.get(name, 0.0) + amount for name, amount in held.items()}
     deadline = time.monotonic() + (RELEASE_WAIT_S if idle else 0)
-    while not _fits(need) and time.monotonic() < deadline:
-        time.sleep(0.2)  # Ray shows released resources as available a moment after
+    while not _fits(need) and not (returned and _fits(returned)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     holders: List[str] = [g.owner for g in _LIVE.values() if not g.closing]
     if _fits(need) or not holders:
         return
@@ -107,10 +115,14 @@ def idle_groups() -> List[object]:
     return [g for g in _LIVE.values() if g.alive and not g.busy]
 
 
-def _fits(need: Dict[str, float]) -> bool:
+def _available() -> Dict[str, float]:
     import ray
 
-    available = ray.available_resources()
+    return ray.available_resources()
+
+
+def _fits(need: Dict[str, float]) -> bool:
+    available = _available()
     return all(available.get(name, 0.0) + 1e-9 >= amount for name, amount in need.items())
 
 

@@ -153,6 +153,48 @@ def test_train_resume_evaluate_predict_run_on_one_group_and_equal_the_same_calls
     assert prediction.metrics["test_loss"] == pytest.approx(expected_prediction.metrics["test_loss"], rel=1e-5)
 
 
+def test_a_busy_group_refuses_the_next_call_and_the_idle_timeout(tmp_path, caplog):
+    """The busy group is the pool's 2-worker one (its idle timeout must not end it while the second Trainer's
+    preflight runs on a loaded machine). Its refusal releases every idle group first (their resources are what
+    the second Trainer needs) and comes at once, since what the busy group holds cannot come back. It stays
+    in the pool for later tests: the idle timeout is checked on 1-worker groups beside it."""
+    busy = Trainer(model=make_model(), args=TrainingArguments(**options(tmp_path / "busy")),
+                   eval_dataset=FixedLength(16, seed=1))
+    expected = busy.evaluate()["eval_loss"]
+    kept = ActorsOf(busy._group)
+    # Only a group running a job holds its resources against another call: here, marked busy as a call in
+    # another thread would be. The second Trainer is told who holds them and how to release them.
+    second = Trainer(model=make_model(), args=TrainingArguments(**options(
+        tmp_path / "b", resources_per_worker={"CPU": SESSION_CPUS // 2})), eval_dataset=FixedLength(4, seed=1))
+    busy._group.busy = True
+    try:
+        with pytest.raises(ConfigError, match=r"while they run a job: the Trainer created at "
+                                              r".*test_worker_group.py:\d+.*close\(\)"):
+            second.evaluate()
+    finally:
+        busy._group.busy = False
+
+    def others() -> list:  # our live actors but the kept group's
+        left = our_actors()
+        for name in kept():
+            left.remove(name)
+        return left
+
+    args = TrainingArguments(**options(tmp_path / "a", num_workers=1, worker_idle_timeout_s=2))
+    with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
+        assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
+        assert wait_until_no_actor_of_ours(among=others) == []  # released after 2 s without a call
+        args.worker_idle_timeout_s = 0  # 0: a group per call, released at its end
+        with caplog.at_level(logging.WARNING, logger="raytrainer"):
+            assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
+        assert "Starting a new worker group for evaluate(): the previous one was released (close(), or " \
+            "worker_idle_timeout_s" in caplog.text
+        assert wait_until_no_actor_of_ours(among=others) == []
+    assert trainer._group is None
+    assert busy._group.alive and sorted(kept()) == ["EventSink", "RayTrainWorker", "RayTrainWorker",
+                                                    "TrainController"]
+
+
 def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable_and_close_leaves_no_actor(
         tmp_path):
     """On the pool's idle group where there is one (as a script's later Trainer): its actors are named, and
@@ -212,39 +254,6 @@ def test_trainers_one_after_another_share_the_process_pool(tmp_path):
     again.close()
     b.close()
     assert wait_until_no_actor_of_ours(among=lambda: two() + one()) == []
-
-
-def test_a_busy_group_refuses_the_next_call_and_the_idle_timeout(tmp_path, caplog):
-    """The busy group is the pool's 2-worker one (its idle timeout must not end it while the second Trainer's
-    preflight runs on a loaded machine). Its refusal releases every idle group first (their resources are what
-    the second Trainer needs), so after close() no actor of ours is left but the idle-timeout Trainer's."""
-    busy = Trainer(model=make_model(), args=TrainingArguments(**options(tmp_path / "busy")),
-                   eval_dataset=FixedLength(16, seed=1))
-    expected = busy.evaluate()["eval_loss"]
-    # Only a group running a job holds its resources against another call: here, marked busy as a call in
-    # another thread would be. The second Trainer is told who holds them and how to release them.
-    second = Trainer(model=make_model(), args=TrainingArguments(**options(
-        tmp_path / "b", resources_per_worker={"CPU": SESSION_CPUS // 2})), eval_dataset=FixedLength(4, seed=1))
-    busy._group.busy = True
-    with pytest.raises(ConfigError, match=r"while they run a job: the Trainer created at "
-                                          r".*test_worker_group.py:\d+.*close\(\)"):
-        second.evaluate()
-    busy._group.busy = False
-    busy.close()
-
-    args = TrainingArguments(**options(tmp_path / "a", worker_idle_timeout_s=2))
-    with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
-        assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
-        assert wait_until_no_actor_of_ours() == []  # released after 2 s without a call
-        with caplog.at_level(logging.WARNING, logger="raytrainer"):
-            assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
-            assert "released (close(), or worker_idle_timeout_s" in caplog.text
-            args.num_workers, args.worker_idle_timeout_s = 1, 0  # 0: a group per call, released at its end
-            trainer.evaluate()
-            assert "Starting a new worker group for evaluate(): num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0" \
-                in caplog.text
-        assert wait_until_no_actor_of_ours() == []
-    assert trainer._group is None
 
 
 def test_bad_idle_timeout_is_refused():

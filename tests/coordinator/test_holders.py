@@ -1,0 +1,94 @@
+"""The pool's rule for making room (coordinator/holders.check_room), without Ray: a fake cluster whose free
+resources grow when a fake group is released, a moment later as in Ray."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from raytrainer.coordinator import holders
+from raytrainer.errors import ConfigError
+
+
+class FakeCluster:
+    def __init__(self, cpus: float, lag_s: float = 0.0):
+        self.cpus, self.lag_s = cpus, lag_s
+        self.lock = threading.Lock()
+
+    def available(self):
+        with self.lock:
+            return {"CPU": self.cpus} if self.cpus else {}  # as Ray: a resource with none free is absent
+
+    def give_back(self, cpus: float):
+        def later():
+            time.sleep(self.lag_s)
+            with self.lock:
+                self.cpus += cpus
+        threading.Thread(target=later, daemon=True).start()
+
+
+class FakeGroup:
+    def __init__(self, cluster: FakeCluster, cpus: float, busy: bool, owner: str):
+        self.cluster, self.holds, self.busy, self.owner = cluster, {"CPU": cpus}, busy, owner
+        self.closing = False
+
+    def close(self, wait: bool = True):
+        self.closing = True
+        self.cluster.give_back(self.holds["CPU"])
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    def make(free: float, lag_s: float, *groups):
+        cluster = FakeCluster(free, lag_s)
+        monkeypatch.setattr(holders, "_available", cluster.available)
+        live = {}
+        for cpus, busy, owner in groups:
+            group = FakeGroup(cluster, cpus, busy, owner)
+            live[id(group)] = group
+        monkeypatch.setattr(holders, "_LIVE", live)
+        return live
+    return make
+
+
+def test_released_idle_groups_make_room_once_ray_shows_their_resources(pool):
+    live = pool(0, 0.5, (2, False, "idle A"))
+    holders.check_room({"CPU": 2}, "train() with 2 workers")
+    assert live == {}  # released and dropped from the pool
+
+
+def test_a_busy_group_refuses_at_once_when_the_released_ones_are_back(pool):
+    """What the busy group holds cannot come back while its job runs: no waiting out RELEASE_WAIT_S."""
+    pool(1, 0.3, (1, False, "idle A"), (3, True, "the Trainer created at busy.py:7"))
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"needs 3 CPU.*while they run a job: the Trainer created at busy.py:7"):
+        holders.check_room({"CPU": 3}, "train() with 3 workers")
+    assert time.monotonic() - started < holders.RELEASE_WAIT_S / 2
+
+
+def test_no_idle_group_to_release_refuses_without_waiting(pool):
+    pool(0, 0, (2, True, "the Trainer created at busy.py:7"))
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="busy.py:7"):
+        holders.check_room({"CPU": 1}, "evaluate() with 1 workers")
+    assert time.monotonic() - started < 1.0
+
+
+def test_enough_free_resources_release_nothing(pool):
+    live = pool(4, 0, (2, False, "idle A"))
+    holders.check_room({"CPU": 2}, "train() with 2 workers")
+    assert [g.closing for g in live.values()] == [False]
+
+
+def test_a_new_group_names_what_changed_in_its_shape():
+    from raytrainer.coordinator.group import Spec
+
+    old = Spec(num_workers=2, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
+               max_preemptions=-1, worker_idle_timeout_s=2, ray_train_log_level="WARNING",
+               datasets=(("train", 1),))
+    new = Spec(num_workers=1, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
+               max_preemptions=-1, worker_idle_timeout_s=0, ray_train_log_level="WARNING")
+    assert "; ".join(old.changes_to(new)) == ("num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0; "
+                                              "Ray Datasets ['train'] -> none")
