@@ -26,6 +26,19 @@ _STATE_API: dict = {}  # RAY_API_SERVER_ADDRESS of the session's Ray, for driver
 SUBPROCESS_WORKERS = 2  # what a driver that joins the session's Ray asks for
 
 
+# Tests whose drivers are subprocesses (on a local multi-node cluster, a `ray job submit` head, an embedded Ray
+# of their own or the session's): they never use this process's pool, so they run first, while it is empty.
+# Run between the others, their ~5 minutes left the pool's idle groups to their worker_idle_timeout_s (300 s),
+# and the next test paid a group start again.
+SUBPROCESS_DRIVERS_FIRST = ("tests/integration/cluster/", "tests/integration/deploy/test_job_submit.py",
+                            "tests/integration/test_console.py", "tests/integration/test_example_script.py")
+
+
+def pytest_collection_modifyitems(items):
+    # A stable sort: the other tests keep their order.
+    items.sort(key=lambda item: not item.nodeid.startswith(SUBPROCESS_DRIVERS_FIRST))
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with SESSION_CPUS logical CPUs, for the whole suite."""
