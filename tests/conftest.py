@@ -32,11 +32,19 @@ SUBPROCESS_WORKERS = 2  # what a driver that joins the session's Ray asks for
 # and the next test paid a group start again.
 SUBPROCESS_DRIVERS_FIRST = ("tests/integration/cluster/", "tests/integration/deploy/test_job_submit.py",
                             "tests/integration/test_console.py", "tests/integration/test_example_script.py")
+# Tests that close the pool's groups (to check what close() leaves, or to give a later test of theirs fresh
+# workers) run last, in this order: earlier, each close cost the next 2-worker test a group start.
+CLOSING_POOL_LAST = ("tests/integration/test_dynamic_modules.py", "tests/integration/test_worker_group.py")
 
 
 def pytest_collection_modifyitems(items):
-    # A stable sort: the other tests keep their order.
-    items.sort(key=lambda item: not item.nodeid.startswith(SUBPROCESS_DRIVERS_FIRST))
+    def place(item) -> tuple:
+        if item.nodeid.startswith(SUBPROCESS_DRIVERS_FIRST):
+            return (0, 0)
+        last = [i for i, prefix in enumerate(CLOSING_POOL_LAST) if item.nodeid.startswith(prefix)]
+        return (2, last[0]) if last else (1, 0)
+
+    items.sort(key=place)  # a stable sort: within each place the tests keep their order
 
 
 @pytest.fixture(scope="session")

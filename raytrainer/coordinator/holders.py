@@ -24,6 +24,9 @@ _LIVE: Dict[int, "object"] = {}  # id(group) -> WorkerGroup, until released
 
 # How long a start waits for the resources of groups just released to show as available in Ray.
 RELEASE_WAIT_S = 10.0
+# How long Ray may take to show the resources of a group whose release was already waited for (its placement
+# group is gone; the available view follows within a moment).
+ENDED_SETTLE_S = 2.0
 _EXIT_REGISTERED = False
 
 
@@ -76,6 +79,16 @@ def check_room(need: Dict[str, float], asking: str):
     resources; if a busy group still takes what is needed, fail naming its Trainer and `close()`. A shortage
     nobody here holds is left to Ray (an autoscaler may add nodes; Ray Train waits for them as before)."""
     if _fits(need) or not _LIVE:
+        return
+    # Groups already on their way out (a close() that did not wait) give their resources back by themselves:
+    # wait for them before releasing an idle group that a later call could take.
+    ending = [group for group in _LIVE.values() if group.closing and not group.busy]
+    for group in ending:
+        release(group, wait=True)
+    deadline = time.monotonic() + (ENDED_SETTLE_S if ending else 0)
+    while not _fits(need) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if ending and _fits(need):
         return
     before = _available()
     idle = [group for group in _LIVE.values() if not group.busy]

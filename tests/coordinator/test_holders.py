@@ -76,6 +76,16 @@ def test_no_idle_group_to_release_refuses_without_waiting(pool):
     assert time.monotonic() - started < 1.0
 
 
+def test_a_group_on_its_way_out_is_waited_for_before_an_idle_one_is_released(pool):
+    """A close() that did not wait (a test's teardown, a Trainer's garbage collection): its resources come back
+    by themselves, and the idle group stays for a later call that fits it."""
+    live = pool(1, 0.3, (2, False, "idle A"), (2, False, "ending B"))
+    idle, ending = live.values()
+    ending.closing = True
+    holders.check_room({"CPU": 3}, "train() with 3 workers")
+    assert list(live.values()) == [idle] and not idle.closing
+
+
 def test_enough_free_resources_release_nothing(pool):
     live = pool(4, 0, (2, False, "idle A"))
     holders.check_room({"CPU": 2}, "train() with 2 workers")
