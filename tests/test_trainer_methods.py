@@ -78,7 +78,6 @@ def test_the_guides_dataloader_recipe_and_a_sampler_override_on_two_workers_and_
     assert "\n" not in message and len(message) < 200
     assert "Traceback" in caught.value.worker_traceback and "labels out of range" in caught.value.worker_traceback
     assert time.time() - started < 120
-    trainer.close()
 
 
 def test_eval_and_test_dataloaders_keep_transformers_semantics_and_shard_in_order(tmp_path):
