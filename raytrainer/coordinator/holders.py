@@ -74,10 +74,11 @@ def _release_at_exit():
 
 
 def check_room(need: Dict[str, float], asking: str):
-    """Before a group starts: if `need` (for its minimum of workers) is not available, release the idle groups
-    of this process (they would be of another shape: one that fits is reused instead) and wait for their
-    resources; if a busy group still takes what is needed, fail naming its Trainer and `close()`. A shortage
-    nobody here holds is left to Ray (an autoscaler may add nodes; Ray Train waits for them as before)."""
+    """Before a group starts: if `need` (for its minimum of workers) is not available, wait for the groups
+    already ending, then release the idle groups of this process (they would be of another shape: one that
+    fits is reused instead) and wait for their resources; if a busy group still takes what is needed, fail at
+    once naming its Trainer and `close()`. A shortage nobody here holds is left to Ray (an autoscaler may add
+    nodes; Ray Train waits for them as before)."""
     if _fits(need) or not _LIVE:
         return
     # Groups already on their way out (a close() that did not wait) give their resources back by themselves:
