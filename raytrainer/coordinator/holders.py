@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import atexit
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..errors import ConfigError
 
@@ -86,10 +86,7 @@ def check_room(need: Dict[str, float], asking: str):
     ending = [group for group in _LIVE.values() if group.closing and not group.busy]
     for group in ending:
         release(group, wait=True)
-    deadline = time.monotonic() + (ENDED_SETTLE_S if ending else 0)
-    while not _fits(need) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if ending and _fits(need):
+    if ending and _wait_until(lambda: _fits(need), ENDED_SETTLE_S):
         return
     before = _available()
     idle = [group for group in _LIVE.values() if not group.busy]
@@ -102,9 +99,8 @@ def check_room(need: Dict[str, float], asking: str):
         for name, amount in group.holds.items():
             held[name] = held.get(name, 0.0) + amount
     returned = {name: before.get(name, 0.0) + amount for name, amount in held.items()}
-    deadline = time.monotonic() + (RELEASE_WAIT_S if idle else 0)
-    while not _fits(need) and not (returned and _fits(returned)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    if idle:
+        _wait_until(lambda: _fits(need) or bool(returned and _fits(returned)), RELEASE_WAIT_S)
     holders: List[str] = [g.owner for g in _LIVE.values() if not g.closing]
     if _fits(need) or not holders:
         return
@@ -127,6 +123,16 @@ def live_groups() -> List[object]:
 def idle_groups() -> List[object]:
     """The live groups not running a job (for tests and benchmarks)."""
     return [g for g in _LIVE.values() if g.alive and not g.busy]
+
+
+def _wait_until(done: Callable[[], bool], limit_s: float) -> bool:
+    """Poll `done` until it holds or `limit_s` passed; whether it holds."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _available() -> Dict[str, float]:
