@@ -253,8 +253,8 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
                "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
                               "replica": worker_level(self.args, 1, driver_ran_model=True)}}
         # The pickle carries no weights or large data: those go to the object store once (transfer.py).
-        # A ray.data.Dataset goes to Ray Train, not into the pickle (data/ray_data.py).
-        with ray_data.detached(self, job, self.args.max_workers == 0) as datasets:
+        # A ray.data.Dataset goes beside the pickle, each job splits its own (data/ray_data.py).
+        with ray_data.detached(self, job) as datasets:
             packed = preflight.serialise(self, job)
         return runner.run(self, packed, JobKind(job["kind"]), datasets, self._use_gpu(), receive)
 

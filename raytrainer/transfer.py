@@ -6,6 +6,9 @@ of every other large tensor (a torch dataset's rows) and every protocol-5 out-of
 an in-memory `datasets.Dataset`'s Arrow columns) is left out of the pickle and collected as numpy arrays.
 The driver puts those arrays into the object store once (`ray.put`); on one node a worker's `ray.get`
 maps them from shared memory without a copy. The pickle itself stays a few KB whatever the model's size.
+A `ray.data.Dataset` is left out too and goes beside the arrays, so that Ray's own serializer carries it:
+the references to a materialized dataset's blocks stay counted (in a plain pickle they would be pinned for
+the driver's life).
 
 In: a module tensor is copied out of the shared memory into the worker's own tensor (the worker trains
 it); other tensors and buffers stay zero-copy views, read-only in spirit (a dataset is read, not written).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
@@ -47,14 +51,21 @@ class Packed:
     payload: bytes
     tensors: List[np.ndarray] = field(default_factory=list)
     buffers: List[np.ndarray] = field(default_factory=list)
+    ray_datasets: list = field(default_factory=list)
 
     @property
     def data(self) -> Dict[str, list]:
         """What goes into the object store, as one object."""
-        return {"tensors": self.tensors, "buffers": self.buffers}
+        return {"tensors": self.tensors, "buffers": self.buffers, "ray_datasets": self.ray_datasets}
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.tensors) + sum(a.nbytes for a in self.buffers)
+
+
+def is_ray_dataset(obj: Any) -> bool:
+    # A ray.data.Dataset exists only once ray.data is imported: asking costs no import (~1 s of CPU).
+    data = sys.modules.get("ray.data")
+    return data is not None and isinstance(obj, data.Dataset)
 
 
 # ------------------------------------------------------------------------------------------ tensor <-> numpy
@@ -98,6 +109,9 @@ class _Pickler(cloudpickle.Pickler):
         if isinstance(obj, nn.Module):  # seen before its tensors: mark them as the module's
             self._module_tensors.update(_module_tensor_ids(obj, recurse=False))
             return None
+        if is_ray_dataset(obj):
+            self._packed.ray_datasets.append(obj)
+            return ("ray_dataset", len(self._packed.ray_datasets) - 1, None, False)
         if not _transferable(obj):
             return None
         pid = self._pids.get(id(obj))
@@ -162,13 +176,16 @@ def _values(obj: Any, depth: int = 3):
 
 # ---------------------------------------------------------------------------------------------------- in
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, tensors: List[np.ndarray], buffers: List[np.ndarray]):
+    def __init__(self, file, tensors: List[np.ndarray], buffers: List[np.ndarray], ray_datasets: list):
         super().__init__(file, buffers=iter(buffers))
         self._tensors = tensors
+        self._ray_datasets = ray_datasets
         self._made: Dict[int, torch.Tensor] = {}
 
     def persistent_load(self, pid):
         kind, index, dtype, requires_grad = pid
+        if kind == "ray_dataset":
+            return self._ray_datasets[index]
         tensor = self._made.get(index)
         if tensor is None:
             tensor = _from_numpy(self._tensors[index], dtype)
@@ -181,7 +198,7 @@ class _Unpickler(pickle.Unpickler):
 
 
 def unpack(payload: bytes, data: Dict[str, list]) -> Any:
-    return _Unpickler(io.BytesIO(payload), data["tensors"], data["buffers"]).load()
+    return _Unpickler(io.BytesIO(payload), data["tensors"], data["buffers"], data["ray_datasets"]).load()
 
 
 # ------------------------------------------------------------------------------------------ trained weights

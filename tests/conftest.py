@@ -91,13 +91,13 @@ def worker_groups():
     test that needs "2 workers" takes the idle group an earlier test left, instead of paying a group start
     (~10 s here). A test that kills workers or closes groups names the actors of its own groups
     (test_worker_group.ActorsOf) rather than asking for an empty pool. After any test, groups that no later
-    test can take are released: one that failed, and one that shards Ray Datasets only this test had."""
+    test can take are released: one that failed, or that a call still holds."""
     yield
     holders = sys.modules.get("raytrainer.coordinator.holders")  # not imported yet: no group exists
     for group in list(holders.live_groups() if holders is not None else []):
         if group.closing:
             continue  # on its way out already
-        if group.busy or not group.alive or group.error is not None or group.spec.datasets:
+        if group.busy or not group.alive or group.error is not None:
             holders.release(group, wait=False)  # without waiting: the release overlaps the next test
 
 

@@ -112,6 +112,21 @@ def test_in_memory_arrow_dataset_travels_as_buffers_and_memory_mapped_one_as_pat
     assert transfer.unpack(packed.payload, packed.data)[:] == in_memory[:]
 
 
+
+def test_a_ray_dataset_travels_beside_the_pickle_for_rays_own_serializer(ray_session):
+    import ray
+
+    from raytrainer.data.ray_data import make_ref
+
+    dataset = ray.data.range(8, override_num_blocks=2).materialize()  # block references: Ray must count them
+    ref = make_ref("train", dataset, split=True)
+    packed = transfer.pack({"train_dataset": ref})
+    assert packed.ray_datasets == [dataset] and b"ObjectRef" not in packed.payload
+    arrived = ray.get(ray.put(packed.data))  # as a worker gets it
+    [row_ids] = [transfer.unpack(packed.payload, arrived)["train_dataset"].dataset.to_pandas()["id"].tolist()]
+    assert row_ids == list(range(8))
+
+
 # -------------------------------------------------------------------------------------------- on Ray
 class RefTrainer(Trainer):
     """A subclass with a second module (a frozen reference model, as in distillation or DPO) that travels

@@ -10,8 +10,9 @@ A group is released by `Trainer.close()`, by leaving `with Trainer(...) as train
 garbage-collected or the interpreter exits, and after `worker_idle_timeout_s` without a job. A call after
 that starts a new group, as the first call did.
 
-`Spec` is what a group is built from: when a call needs another one (num_workers or resources changed, other
-Ray Datasets), the Trainer releases its group and starts a new one, and says why.
+`Spec` is what a group is built from: when a call needs another one (num_workers or resources changed), the
+Trainer releases its group and starts a new one, and says why. Ray Datasets are not part of it: each job
+brings its own and splits them itself (data/ray_data.py), so one group serves jobs on any Ray Datasets.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from ..protocol import Job, JobKind
 from ..scaling import bounds
@@ -46,33 +47,24 @@ class Spec:
     worker_idle_timeout_s: float
     ray_train_log_level: str
     ddp_timeout: int = 1800  # seconds: the process group's collective timeout (transformers' ddp_timeout)
-    datasets: tuple = field(default=())  # (name, id(dataset)) of the Ray Datasets it shards
 
     @classmethod
-    def of(cls, args, use_gpu: bool, datasets: Dict[str, Any]) -> "Spec":
+    def of(cls, args, use_gpu: bool) -> "Spec":
         return cls(num_workers=tuple(args.num_workers) if args.elastic else args.max_workers,
                    resources_per_worker=tuple(sorted((args.resources_per_worker or {}).items())),
                    use_gpu=use_gpu,
                    elastic_resize_monitor_interval_s=args.elastic_resize_monitor_interval_s if args.elastic else None,
                    max_preemptions=args.max_preemptions, worker_idle_timeout_s=args.worker_idle_timeout_s,
-                   ray_train_log_level=train_logging_config(args).log_level, ddp_timeout=args.ddp_timeout,
-                   datasets=tuple(sorted((name, id(ds)) for name, ds in datasets.items())))
+                   ray_train_log_level=train_logging_config(args).log_level, ddp_timeout=args.ddp_timeout)
 
     def changes_to(self, other: "Spec") -> list:
-        """What differs, as 'field old -> new' (datasets by name)."""
-        changes = []
-        for name in self.__dataclass_fields__:
-            old, new = getattr(self, name), getattr(other, name)
-            if old != new:
-                if name == "datasets":
-                    old, new = [n for n, _ in old] or "none", [n for n, _ in new] or "none"
-                    name = "Ray Datasets"
-                changes.append(f"{name} {old} -> {new}")
-        return changes
+        """What differs, as 'field old -> new'."""
+        return [f"{name} {getattr(self, name)} -> {getattr(other, name)}" for name in self.__dataclass_fields__
+                if getattr(self, name) != getattr(other, name)]
 
 
 class WorkerGroup:
-    def __init__(self, spec: Spec, args, datasets: Dict[str, Any], data_config, owner: str):
+    def __init__(self, spec: Spec, args, owner: str):
         import ray
         from ray.train import FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
@@ -82,7 +74,6 @@ class WorkerGroup:
 
         self.spec = spec
         self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
-        self.served_train_split = False  # a streaming split is read once per group (see `reuses`)
         self.closing = False
         self.busy = False  # a call's job is running on it: no other call takes or releases it (holders.py)
         self.user = None  # a weak reference to the Trainer that used it last: its close() releases it
@@ -113,7 +104,6 @@ class WorkerGroup:
                                      else []),
                                  logging_config=train_logging_config(args)),
             torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.ddp_timeout),
-            **({"datasets": datasets, "dataset_config": data_config} if datasets else {}),
         )
         self.error: Optional[BaseException] = None
         self._controller = None  # Ray Train's controller actor, once asked for
@@ -141,14 +131,9 @@ class WorkerGroup:
     def thread_alive(self) -> bool:
         return self._thread.is_alive()
 
-    def reuses(self, spec: Spec, kind: str) -> bool:
-        """Whether a job of `kind` on `spec` can run here. A job that reads no Ray Dataset runs on a group that
-        shards some; a training split is read by one train job per group (its streaming split keeps its
-        position between epochs, so a later run would not start at the first row)."""
-        datasets = set(spec.datasets)
-        return (replace(spec, datasets=self.spec.datasets) == self.spec
-                and datasets <= set(self.spec.datasets)
-                and not (kind == JobKind.TRAIN and self.served_train_split and any(n == "train" for n, _ in datasets)))
+    def reuses(self, spec: Spec) -> bool:
+        """Whether a job on `spec` can run here."""
+        return spec == self.spec
 
     def why_not_reused(self, spec: Spec) -> str:
         """Why a call starts a new group instead of this one (for the log)."""
@@ -158,7 +143,7 @@ class WorkerGroup:
             return f"the previous one ended: {describe(self.error)}"
         if not self.alive:
             return "the previous one was released (close(), or worker_idle_timeout_s without a call)"
-        return "; ".join(self.spec.changes_to(spec)) or "a Ray Dataset's training split is read once per group"
+        return "; ".join(self.spec.changes_to(spec))
 
     def post(self, payload: bytes, data_ref, max_failures: int, code=None, kind: JobKind = JobKind.TRAIN
              ) -> Optional[str]:

@@ -40,12 +40,12 @@ def hold(group):
         _EXIT_REGISTERED = True
 
 
-def take_idle(spec, kind: str, prefer=None):
-    """An idle live group that can run a job of `kind` on `spec` (`prefer` first: the caller's last group);
-    None if there is none."""
+def take_idle(spec, prefer=None):
+    """An idle live group that can run a job on `spec` (`prefer` first: the caller's last group); None if there
+    is none."""
     candidates = ([prefer] if prefer is not None else []) + [g for g in _LIVE.values() if g is not prefer]
     for group in candidates:
-        if id(group) in _LIVE and group.alive and not group.busy and group.reuses(spec, kind):
+        if id(group) in _LIVE and group.alive and not group.busy and group.reuses(spec):
             return group
     return None
 

@@ -21,7 +21,6 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 from .. import transfer
-from ..data import ray_data
 from ..protocol import JobKind
 from ..scaling import bounds
 from ..startup import Startup, Timeline, add_to_state_json
@@ -35,7 +34,8 @@ logger = logging.getLogger("raytrainer")
 def run(trainer, packed, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
         receive: Optional[Callable[[Any], Any]] = None) -> Any:
     """Run the packed job (`transfer.Packed`) for `trainer`; `receive(result)` runs while the result's objects
-    (the trained weights, owned by rank 0) still exist. `datasets`: the Ray Datasets Ray Train shards."""
+    (the trained weights, owned by rank 0) still exist. `datasets`: the Ray Datasets the job reads (they
+    travel in the job; a new group for it leaves CPUs for Ray Data's tasks)."""
     kind, receive = JobKind(kind), receive or (lambda result: result)
     # train()'s start-up timeline, started by preflight (startup.py): logged at the first step, kept in the state
     startup = trainer.__dict__.pop("_startup", None) if kind is JobKind.TRAIN else None
@@ -60,8 +60,6 @@ def run(trainer, packed, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
         finally:
             group.busy = False
         if result is not launcher.NOT_POSTED:
-            if kind is JobKind.TRAIN and ray_data.TRAIN in datasets:
-                group.served_train_split = True
             return result
     raise TrainingError("The worker group closed twice as a job was posted to it.")
 
@@ -84,9 +82,9 @@ def worker_group(trainer, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool
     Trainer's), else a new one: the idle groups that hold what it needs are released first. `startup`: told
     whether the group is new or reused."""
     args = trainer.args
-    spec = Spec.of(args, use_gpu, datasets)
+    spec = Spec.of(args, use_gpu)
     owner = f"the Trainer created at {trainer._created_at}"
-    group = holders.take_idle(spec, kind, prefer=trainer._group)
+    group = holders.take_idle(spec, prefer=trainer._group)
     if group is None:
         if trainer._group is not None:
             old = trainer._group
@@ -98,8 +96,7 @@ def worker_group(trainer, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool
         if datasets:  # Ray Data's tasks need CPUs besides the workers': an idle group must not hold them
             need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
         holders.check_room(need, f"{kind}() with {args.num_workers} workers")
-        group = WorkerGroup(spec, args, datasets, ray_data.data_config(datasets, args.dataloader_drop_last),
-                            owner=owner)
+        group = WorkerGroup(spec, args, owner=owner)
         holders.hold(group)
         if startup is not None:
             startup.group = "new"

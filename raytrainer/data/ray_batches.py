@@ -1,6 +1,6 @@
 """`ray.data.Dataset` input, worker side: batches from this rank's shard, through the collator, to tensors.
 
-Training (`RayTrainData`): this rank's shard (`get_dataset_shard`) is read in numpy batches of
+Training (`RayTrainData`): this rank's part of the job's split (`RayDataRef.iterator`) is read in numpy batches of
 `per_device_train_batch_size`, once per epoch. The ranks agree at every optimizer step on how many
 micro-batches it has: each takes up to `gradient_accumulation_steps` of its own, and the step's one all-reduce
 (`worker/step_sync.py`) carries how many ranks have at least k of them (not needed when the row count is known
@@ -45,7 +45,7 @@ class RayTrainData:
         self.ref, self.batch_size, self.collate, self.ctx = ref, batch_size, collate, ctx
         self.drop_last = drop_last
         self.prefetch_batches = prefetch_batches
-        self.shard = ref.iterator()
+        self.shard = ref.iterator(ctx.rank, ctx.world_size, drop_last)  # every rank at once: rank 0 splits
         self.ran_out = False
         self._slot, self._accumulation = None, 1  # see agree_on_steps
         self._last: Optional[List[dict]] = None  # the rows of this rank's last real batch (for fillers)

@@ -1,16 +1,20 @@
-"""`ray.data.Dataset` input, driver side: how a Ray Dataset reaches the workers through Ray Train.
+"""`ray.data.Dataset` input, driver side: how a Ray Dataset reaches the workers.
 
-A Ray Dataset is not pickled with the trainer. The driver replaces it by a `RayDataRef` (a name, its row
-count when Ray knows it without running the pipeline, and a one-row sample) and hands the dataset itself
-to Ray Train (`TorchTrainer(datasets=...)`); each worker reads its part with `get_dataset_shard(name)`
-(`ray_batches.py`). Preprocessing (`map_batches`) therefore runs on Ray Data's own tasks and actors.
+A Ray Dataset is a plan (and, once materialized, references to its blocks), not rows. The driver replaces it
+by a `RayDataRef` (a name, its row count when Ray knows it without running the pipeline, a one-row sample,
+and the dataset itself). The dataset travels with the job through the object store, serialized by Ray
+(`transfer.py`: its block references stay tracked), and each job makes its own split on the workers, so a
+worker group serves any number of jobs on any Ray Datasets (`coordinator/group.py`). Preprocessing
+(`map_batches`) runs on Ray Data's own tasks and actors.
 
-How it is split (`ExactSplit.configure`, which runs each time Ray Train starts a worker group):
+How it is split (`RayDataRef.iterator`, called by every rank as a job's training data is set up):
 
 - Training data is split by streaming (`streaming_split`) with `preserve_order`: Ray's splitter then hands
   each block, in order, to the split with the fewest rows so far, so the same dataset split over the same
   number of workers gives every worker the same rows, epoch after epoch and after a restart. That is what
-  makes a resume exact (each rank skips the rows of its shard it had consumed).
+  makes a resume exact (each rank skips the rows of its shard it had consumed). Rank 0 makes the split (its
+  coordinator actor belongs to rank 0, so it goes with the job, or with the group if the group fails: the
+  group that replaces it splits afresh) and hands it to the other ranks (`broadcast_from_rank_zero`).
 - When the row count is known, the dataset is padded with copies of its first rows (marked, never trained
   on) to a multiple of the world size and split with `equal=True`: every rank gets the same number of rows,
   so the epoch's length is known in advance and no row is dropped. When it is unknown (a `map_batches`
@@ -23,22 +27,16 @@ How it is split (`ExactSplit.configure`, which runs each time Ray Train starts a
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
 from ..errors import ConfigError
+from ..transfer import is_ray_dataset
 
 # Marks the padding rows added to make the row count a multiple of the world size.
 PAD_COLUMN = "__raytrainer_pad__"
 TRAIN = "train"
-
-
-def is_ray_dataset(obj: Any) -> bool:
-    # A ray.data.Dataset exists only once ray.data is imported: asking costs no import (~1 s of CPU).
-    data = sys.modules.get("ray.data")
-    return data is not None and isinstance(obj, data.Dataset)
 
 
 def known_row_count(dataset) -> Optional[int]:
@@ -58,15 +56,31 @@ class RayDataRef:
     num_rows: Optional[int]
     sample: List[dict] = field(default_factory=list)  # a row or two: the filler of a rank left without data
     split: bool = True
-    # num_workers=0: there is no Ray Train, the dataset itself travels (it is a plan, not the rows).
-    local: Any = None
+    dataset: Any = None  # the ray.data.Dataset (it travels beside the pickle: transfer.py)
 
-    def iterator(self):
-        if self.local is not None:
-            return ordered(self.local).iterator()
-        import ray.train
+    def iterator(self, rank: int = 0, world_size: int = 1, drop_last: bool = False):
+        """This rank's stream: the whole dataset (evaluation, or one rank), else its part of the job's split.
+        Every rank must call it at once when `split` and `world_size` > 1 (the split is handed out by rank 0)."""
+        dataset = ordered(self.dataset)
+        if not self.split or world_size == 1:
+            return dataset.iterator()
+        return _split_part(dataset, self.num_rows, drop_last, rank, world_size)
 
-        return ray.train.get_dataset_shard(self.name)
+
+def _split_part(dataset, num_rows: Optional[int], drop_last: bool, rank: int, world_size: int):
+    """Rank 0 splits, the others get its split's coordinator and read their part of it (module docstring)."""
+    from ray.data._internal.iterator.stream_split_iterator import StreamSplitDataIterator
+    from ray.train.collective import broadcast_from_rank_zero
+
+    parts = None
+    if rank == 0:
+        equal = num_rows is not None
+        if equal and not drop_last:
+            dataset = pad_to_multiple(dataset, num_rows, world_size)
+        parts = dataset.streaming_split(world_size, equal=equal)
+    # One actor handle: Ray's broadcast takes small values only (a list of parts repeats the handle).
+    coordinator = broadcast_from_rank_zero(parts[0]._coord_actor if parts else None)
+    return parts[0] if parts else StreamSplitDataIterator(coordinator, rank, world_size)
 
 
 def ordered(dataset):
@@ -92,15 +106,15 @@ def sample_rows(dataset, count: int = 2) -> List[dict]:
 _SAMPLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def make_ref(name: str, dataset, split: bool, in_process: bool) -> RayDataRef:
-    return RayDataRef(name=name, num_rows=known_row_count(dataset), sample=sample_rows(dataset, 1),
-                      split=split, local=dataset if in_process else None)
+def make_ref(name: str, dataset, split: bool) -> RayDataRef:
+    return RayDataRef(name=name, num_rows=known_row_count(dataset), sample=sample_rows(dataset, 1), split=split,
+                      dataset=dataset)
 
 
 @contextlib.contextmanager
-def detached(trainer, job: dict, in_process: bool) -> Iterator[Dict[str, Any]]:
+def detached(trainer, job: dict) -> Iterator[Dict[str, Any]]:
     """Replace the Ray Datasets the job reads (train, eval, the job's own dataset) by references while the
-    trainer is serialised and run; yields {name: dataset} for Ray Train. The trainer is restored after."""
+    trainer is serialised and run; yields {name: dataset}. The trainer is restored after."""
     saved = {"train_dataset": trainer.train_dataset, "eval_dataset": trainer.eval_dataset}
     datasets: Dict[str, Any] = {}
 
@@ -108,7 +122,7 @@ def detached(trainer, job: dict, in_process: bool) -> Iterator[Dict[str, Any]]:
         if not is_ray_dataset(value):
             return value
         datasets[name] = value
-        return make_ref(name, value, split, in_process)
+        return make_ref(name, value, split)
 
     try:
         if job["kind"] == "train":
@@ -119,12 +133,7 @@ def detached(trainer, job: dict, in_process: bool) -> Iterator[Dict[str, Any]]:
             else:
                 trainer.eval_dataset = swap("eval", evals, split=False)
         elif "dataset" in job:
-            # The Trainer's own eval set keeps its train-time name, so the worker group that already shards
-            # it (coordinator/group.py) serves this job too.
-            evals = saved["eval_dataset"] if isinstance(saved["eval_dataset"], dict) else {None: saved["eval_dataset"]}
-            name = next((("eval" if k is None else f"eval:{k}") for k, v in evals.items() if v is job["dataset"]),
-                        job["kind"])
-            job["dataset"] = swap(name, job["dataset"], split=False)
+            job["dataset"] = swap(job["kind"], job["dataset"], split=False)
         yield datasets
     finally:
         trainer.train_dataset, trainer.eval_dataset = saved["train_dataset"], saved["eval_dataset"]
@@ -137,44 +146,6 @@ def check_train_length(dataset, args):
             "train_dataset is a ray.data.Dataset whose length Ray does not know without running it (it has a "
             "map_batches/filter/... step): set max_steps, or call .materialize() on it first (then "
             "num_train_epochs works).")
-
-
-def data_config(datasets: Dict[str, Any], drop_last: bool):
-    """The Ray Train `DataConfig` for our datasets (None when there is none)."""
-    if not datasets:
-        return None
-    row_counts = {name: known_row_count(ds) for name, ds in datasets.items()}
-    return _exact_split_class()(row_counts=row_counts, drop_last=drop_last)
-
-
-def _exact_split_class():
-    from ray.train import DataConfig
-
-    class ExactSplit(DataConfig):
-        """Ray Train's DataConfig with a deterministic split that drops no row (see module docstring)."""
-
-        def __init__(self, row_counts: Dict[str, Optional[int]], drop_last: bool):
-            super().__init__(datasets_to_split=[TRAIN], enable_shard_locality=False)
-            self.row_counts = row_counts
-            self.drop_last = drop_last
-
-        def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
-            output = [{} for _ in range(world_size)]
-            for name, ds in datasets.items():
-                ds = ordered(ds)
-                if name != TRAIN:
-                    for shard in output:
-                        shard[name] = ds.iterator()
-                    continue
-                count = self.row_counts.get(name)
-                equal = count is not None
-                if equal and not self.drop_last:
-                    ds = pad_to_multiple(ds, count, world_size)
-                for shard, split in zip(output, ds.streaming_split(world_size, equal=equal)):
-                    shard[name] = split
-            return output
-
-    return ExactSplit
 
 
 def pad_to_multiple(dataset, num_rows: int, world_size: int):

@@ -96,9 +96,7 @@ def test_a_new_group_names_what_changed_in_its_shape():
     from raytrainer.coordinator.group import Spec
 
     old = Spec(num_workers=2, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
-               max_preemptions=-1, worker_idle_timeout_s=2, ray_train_log_level="WARNING",
-               datasets=(("train", 1),))
+               max_preemptions=-1, worker_idle_timeout_s=2, ray_train_log_level="WARNING")
     new = Spec(num_workers=1, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
                max_preemptions=-1, worker_idle_timeout_s=0, ray_train_log_level="WARNING")
-    assert "; ".join(old.changes_to(new)) == ("num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0; "
-                                              "Ray Datasets ['train'] -> none")
+    assert "; ".join(old.changes_to(new)) == "num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0"

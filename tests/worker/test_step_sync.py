@@ -84,7 +84,7 @@ class FakeRef:
     def __init__(self, rows):
         self.rows = rows
 
-    def iterator(self):
+    def iterator(self, rank=0, world_size=1, drop_last=False):
         return FakeShard(self.rows)
 
 
