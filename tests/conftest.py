@@ -33,8 +33,10 @@ SUBPROCESS_WORKERS = 2  # what a driver that joins the session's Ray asks for
 SUBPROCESS_DRIVERS_FIRST = ("tests/integration/cluster/", "tests/integration/deploy/test_job_submit.py",
                             "tests/integration/test_console.py", "tests/integration/test_example_script.py")
 # Tests that close the pool's groups (to check what close() leaves, or to give a later test of theirs fresh
-# workers) run last, in this order: earlier, each close cost the next 2-worker test a group start.
-CLOSING_POOL_LAST = ("tests/integration/test_dynamic_modules.py", "tests/integration/test_worker_group.py")
+# workers) run last, in this order: earlier, each close cost the next 2-worker test a group start. The
+# several-Trainers test goes first: it takes the pool's idle 2- and 1-worker groups, which it leaves open.
+CLOSING_POOL_LAST = ("tests/integration/test_worker_group.py::test_trainers_one_after_another",
+                     "tests/integration/test_dynamic_modules.py", "tests/integration/test_worker_group.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -226,7 +226,8 @@ def test_trainers_one_after_another_share_the_process_pool(tmp_path):
     """A script's shape: Trainer A trained and kept, B with FSDP, a bf16 C, A's run again: one worker group
     serves them all (no close()), and nothing of B's or C's jobs leaks into the next (A's rerun ends with A's
     weights). B resumed at 1 worker needs another shape: a group of its own (the pool's idle one where there
-    is one). The groups' actors are named, so close() is checked to leave none of them whatever else lives."""
+    is one). A's close() leaves the group `again` used last; the groups stay in the pool for the tests after
+    (what close() leaves is checked by test_a_worker_killed_between_calls...)."""
     def make(name, **extra):
         return Trainer(model=make_model(), args=TrainingArguments(**options(tmp_path / name, **extra)),
                        train_dataset=TokenData(32))
@@ -242,18 +243,13 @@ def test_trainers_one_after_another_share_the_process_pool(tmp_path):
     again.train()
     assert a._group is group and b._group is group and c._group is group and again._group is group
     assert_same_weights(weights(again.model), weights(a.model))
-    two = ActorsOf(group)
 
     b.args.num_workers, b.args.max_steps = 1, 8
     assert b.train(resume_from_checkpoint=True).global_step == 8
-    # Another shape: a new group. The idle one stays in the pool, since the new one fits beside it.
+    # Another shape: another group. The idle one stays in the pool, since the other fits beside it.
     assert b._group is not group and group.alive
-    one = ActorsOf(b._group)
     a.close()  # `again` used the group last: A's close() leaves it alone
-    assert group.alive
-    again.close()
-    b.close()
-    assert wait_until_no_actor_of_ours(among=lambda: two() + one()) == []
+    assert group.alive and not group.closing
 
 
 def test_bad_idle_timeout_is_refused():
