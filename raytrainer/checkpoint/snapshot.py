@@ -7,9 +7,11 @@ after it (serialisation, upload, commit) happens in the background (see writer.p
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -79,13 +81,34 @@ class Snapshot:
             checksums[name] = of_bytes(data)
         objects = {OPTIMIZER_FILE: self.optimizer_state, SCHEDULER_FILE: self.scheduler_state}
         objects.update({rng_file(rank): rng for rank, rng in enumerate(self.rng_states)})
-        for name, obj in objects.items():
-            if obj is not None:
-                with open(os.path.join(directory, name), "wb") as raw:
-                    hashing = HashingFile(raw)
-                    torch.save(obj, hashing)
-                checksums[name] = hashing.checksum.hexdigest()
+        with without_zip_crc32():
+            for name, obj in objects.items():
+                if obj is not None:
+                    with open(os.path.join(directory, name), "wb") as raw:
+                        hashing = HashingFile(raw)
+                        torch.save(obj, hashing)
+                    checksums[name] = hashing.checksum.hexdigest()
         return checksums
+
+
+_CRC_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def without_zip_crc32():
+    """torch.save computes a CRC32 of every record of its zip file: 0.12 s of a 0.29 s save of 256 MiB of
+    optimizer state here, against 0.18 s for a plain write of its bytes. Our manifest already holds a
+    checksum of the whole file, verified before a resume, so ours are saved without it (torch.load reads
+    such files as any other). The setting is process-wide: a torch.save of another thread meanwhile also
+    writes its file without the zip CRC32s, which torch.load reads all the same."""
+    from torch.utils.serialization import config
+
+    with _CRC_LOCK:
+        before, config.save.compute_crc32 = config.save.compute_crc32, False
+        try:
+            yield
+        finally:
+            config.save.compute_crc32 = before
 
 
 def torch_from_bytes(data: bytes) -> Any:
