@@ -21,6 +21,7 @@ from ..worker_context import WorkerContext
 from .evaluation import evaluation_loop
 from .events import LoopEvents
 from .loop import TrainLoop
+from .memory import give_back_freed_memory, keep_freed_memory
 from .process_options import setup_process
 from .user_errors import WorkerError, quiet_wrapped_tracebacks
 
@@ -63,6 +64,7 @@ def ray_worker_main(config: Dict[str, Any]):
 
     ctx = WorkerContext.from_ray()
     sink = config["sink"]
+    keep_freed_memory()  # no page faults for what each step frees and allocates again (worker/memory.py)
     quiet_wrapped_tracebacks()  # a job's error reaches the driver as one line (user_errors.py)
     last = None
     while True:
@@ -125,6 +127,7 @@ def release_memory(ctx: WorkerContext):
     """Between jobs a worker holds no model, optimizer or data: an idle group costs its processes and their
     CUDA context, not the last job's memory."""
     gc.collect()
+    give_back_freed_memory()
     if ctx.device.type == "cuda":
         import torch
 
