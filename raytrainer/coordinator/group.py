@@ -18,7 +18,6 @@ brings its own and splits them itself (data/ray_data.py), so one group serves jo
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
 from dataclasses import dataclass
@@ -28,18 +27,13 @@ from ..protocol import Job, JobKind
 from ..scaling import bounds
 from ..verbosity import train_logging_config
 from ..worker.entry import ray_worker_main
-from .cluster import started_here, worker_resources
+from .cluster import worker_resources
 from .sink import EventSink
 
 logger = logging.getLogger("raytrainer")
 
 # How long close() waits for the workers to return and Ray Train to release them, before aborting.
 CLOSE_TIMEOUT_S = 60.0
-# Ray Train's controller checks its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (Ray's default: 2 s); a
-# lost worker and a released group are noticed at the next check. On a Ray this process started (one machine,
-# a few workers) we check every 0.5 s: a restart and a close() come ~0.75 s sooner on average, for one small
-# call per worker per check. A cluster keeps Ray's default; a value the user set is kept.
-HEALTH_CHECK_ENV, LOCAL_HEALTH_CHECK_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"
 
 
 @dataclass(frozen=True)
@@ -95,8 +89,6 @@ class WorkerGroup:
         # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (docs/fault-tolerance.md).
         scaling = dict(num_workers=tuple(args.num_workers), elastic_resize_monitor_interval_s=
                        args.elastic_resize_monitor_interval_s) if args.elastic else dict(num_workers=most)
-        if started_here():  # read by TorchTrainer from this process's environment, for its controller
-            os.environ.setdefault(HEALTH_CHECK_ENV, LOCAL_HEALTH_CHECK_S)
         torch_trainer = TorchTrainer(
             ray_worker_main,
             train_loop_config={"sink": self.sink},
