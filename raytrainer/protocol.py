@@ -10,7 +10,7 @@ its handle.
     rank 0    → push_and_await([Event, ...]) ⇐ Decision         queues the events, then a ControlRequest
     driver    → decide(ControlRequest.id, Decision)             once it has handled every message before it
     rank 0    → set_result(result, job)                         queues ResultReady
-    controller→ record_failure(cause, error, fatal) ⇐ give_up    queues Failure (re-served) or JobFailed
+    controller→ record_failure(cause, error, fatal, raised_by) ⇐ give_up   queues Failure (re-served) or JobFailed
     any       → record_cause(Reason, text)                       why the current worker group is ending
     rank 0    → group_started(GroupStart) ⇐ RestartHistory | None
     driver    → request_stop(reason); rank 0 → wait_stop ⇐ reason | None     Ctrl-C

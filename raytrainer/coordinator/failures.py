@@ -42,9 +42,14 @@ class FailureRecorder(UserCallback):
                  for rank, exc in sorted(worker_exceptions.items())]
         message = first_worker_error(worker_exceptions) if worker_exceptions else "the worker group failed"
         # An error marked `fatal` (a full disk, lost storage, a damaged checkpoint) fails the job at once.
-        fatal = any(getattr(getattr(exc, "cause", None) or exc, "fatal", False) for exc in worker_exceptions.values())
+        causes = [getattr(exc, "cause", None) or exc for exc in worker_exceptions.values()]
+        fatal = any(getattr(cause, "fatal", False) for cause in causes)
+        # The jobs whose own code raised (a user error): theirs, even if a rank had not taken the job yet. Not an
+        # error inside a collective: that rank failed because a peer went away (a loss between calls, say).
+        raised_by = tuple(sorted({cause.job for cause in causes if isinstance(cause, WorkerError) and cause.job
+                                  and not cause.in_collective}))
         try:
-            give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message, fatal))
+            give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message, fatal, raised_by))
         except ray.exceptions.RayActorError:  # the driver released the group: nobody waits for it
             give_up = True
         if give_up:

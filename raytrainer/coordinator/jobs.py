@@ -12,9 +12,11 @@ What the board decides:
   a train job resumes from its run's newest committed checkpoint, an evaluation or prediction runs again.
 - **Failures are counted per job.** Ray Train is told to restart without limit (its count would span every
   call the group ever serves); the board counts the failures of the job in flight against that job's
-  `max_failures`, and past it marks the job failed, which the driver raises. A failure is the job's only
-  if every rank of the failed group had taken it: a worker lost between calls is often noticed by Ray
-  Train only after the next job was posted, and that job then runs again on the replaced group. Ray Train
+  `max_failures`, and past it marks the job failed, which the driver raises. A failure is the job's if
+  the job's own code raised on a rank, or if every rank of the failed group had taken it: a worker lost
+  between calls is often noticed by Ray Train only after the next job was posted, and that job then runs
+  again on the replaced group. (Without the first rule, a user error raised at once could be seen before a
+  slower rank took the job, and the job ran again instead of failing.) Ray Train
   still replaces the failed group, and the replacement waits for the next job: a user error leaves the
   group usable.
 - **Idle release.** With no job in flight for `idle_timeout_s`, the board closes: the ranks' waits return
@@ -140,9 +142,11 @@ class JobBoard:
         return True
 
     # ------------------------------------------------------------------ failures (from Ray Train's controller)
-    def count_failure(self, cause: str, message: str, preempted: bool, fatal: bool = False) -> Counted:
+    def count_failure(self, cause: str, message: str, preempted: bool, fatal: bool = False,
+                      raised_by: tuple = ()) -> Counted:
         """A worker group failed. A preemption is Ray Train's to count (max_preemptions), not the job's;
-        `fatal`: a restart cannot help (storage), the job fails now."""
+        `fatal`: a restart cannot help (storage), the job fails now; `raised_by`: the ids of the jobs whose own
+        code raised on a rank (a user error is its job's failure even if another rank had not taken it yet)."""
         entry = self._entry
         if not self.running:
             self._idle_failures.append(cause)
@@ -150,7 +154,7 @@ class JobBoard:
         self._idle_failures = []
         taken_by_all = entry.world_size is not None and len(entry.taken) >= entry.world_size
         entry.taken = set()  # the next group takes it afresh
-        if taken_by_all and not preempted:
+        if (taken_by_all or entry.job.id in raised_by) and not preempted:
             entry.failures += 1
         limit = entry.max_failures
         failed = fatal or (limit != -1 and entry.failures > limit)

@@ -129,11 +129,11 @@ class EventSink:
         return True
 
     # ------------------------------------------------------------------ failures and restarts
-    async def record_failure(self, cause: str, message: str, fatal: bool = False) -> bool:
+    async def record_failure(self, cause: str, message: str, fatal: bool = False, raised_by: tuple = ()) -> bool:
         """Called by the coordinator's Ray Train callback when a worker group fails: the job in flight is
         re-served to the next group, or failed with `message` once past its max_failures (`JobBoard`).
         Returns True when the group should be given up."""
-        counted = self.board.count_failure(cause, message, self.history.preempted, fatal)
+        counted = self.board.count_failure(cause, message, self.history.preempted, fatal, raised_by)
         self.history.record_cause(Reason.FAILURE, cause)
         if counted.job is not None:
             kind = JobFailed if counted.failed else Failure

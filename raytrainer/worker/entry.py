@@ -93,7 +93,7 @@ def serve(posted: Job, ctx: WorkerContext, sink):
         # The weights and large data come from the object store (zero-copy on the driver's node).
         trainer, job = transfer.unpack(posted.payload, ray.get(posted.data))
     except Exception as exc:  # a module this node lacks: every try would fail alike, so the job fails now
-        error = WorkerError.of(exc, ctx.rank, kind, fatal=True)
+        error = WorkerError.of(exc, ctx.rank, kind, fatal=True, job=posted.id)
         emitter.emit(ERROR, traceback=error.worker_traceback)
         emitter.flush(wait=True)
         raise error from None
@@ -103,7 +103,7 @@ def serve(posted: Job, ctx: WorkerContext, sink):
         startup.mark("unpack")
         result = run_job(trainer, job, ctx, emitter, on_ray=True, startup=startup, taken_at=posted.taken_at)
     except Exception as exc:  # the user's error, as one line on the driver (the traceback travels with it)
-        error = WorkerError.of(exc, ctx.rank, kind)
+        error = WorkerError.of(exc, ctx.rank, kind, job=posted.id)
         emitter.emit(ERROR, traceback=error.worker_traceback)
         emitter.flush(wait=True)
         raise error from None

@@ -22,9 +22,12 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class WorkerError(RuntimeError):
     """What a worker raises in place of a user's exception: picklable, its message complete."""
 
-    def __init__(self, message: str, worker_traceback: str = "", in_collective: bool = False, fatal: bool = False):
+    def __init__(self, message: str, worker_traceback: str = "", in_collective: bool = False, fatal: bool = False,
+                 job: Optional[str] = None):
         super().__init__(message)
         self.worker_traceback = worker_traceback
+        # The id of the job whose code raised it: that job's failure, whichever ranks had taken it (jobs.py).
+        self.job = job
         # Raised inside torch.distributed (a peer that failed first closed the connection): the driver names
         # another rank's error before this one.
         self.in_collective = in_collective
@@ -32,14 +35,15 @@ class WorkerError(RuntimeError):
         self.fatal = fatal
 
     def __reduce__(self):
-        return (type(self), (str(self), self.worker_traceback, self.in_collective, self.fatal))
+        return (type(self), (str(self), self.worker_traceback, self.in_collective, self.fatal, self.job))
 
     @classmethod
-    def of(cls, exc: BaseException, rank: int, kind: str, fatal: bool = False) -> "WorkerError":
+    def of(cls, exc: BaseException, rank: int, kind: str, fatal: bool = False,
+           job: Optional[str] = None) -> "WorkerError":
         """Call from the `except` block that caught `exc` (its traceback is the one being handled). Fatal when
-        `fatal` or when `exc` says so (its `fatal` attribute)."""
+        `fatal` or when `exc` says so (its `fatal` attribute); `job`: the id of the job that raised it."""
         return cls(describe(exc, rank, kind), traceback.format_exc(), _in_collective(exc),
-                   fatal or bool(getattr(exc, "fatal", False)))
+                   fatal or bool(getattr(exc, "fatal", False)), job)
 
 
 # What a rank raises when a peer's process went away under a collective (DDP's all-reduce runs in autograd's

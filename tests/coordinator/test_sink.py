@@ -112,6 +112,21 @@ def test_a_failure_counts_only_once_every_rank_took_the_job_and_not_after_a_pree
     assert [m.kind for m in take_all(loop, sink)] == [Kind.FAILURE]  # Ray Train's max_preemptions counts it
 
 
+def test_a_jobs_own_error_counts_even_before_every_rank_took_it(loop):
+    """A user error raised at once on rank 0 can reach the board before rank 1 took the job: still the job's
+    failure (it ran again, and passed, when only 'taken by every rank' counted). A loss raised by no job's
+    code, or an error of another job, is not counted."""
+    sink = EventSink(idle_timeout_s=60)
+    run(loop, sink.post_job(job("a"), max_failures=0))
+    run(loop, sink.next_job(None, 0, 2))
+    run(loop, sink.record_failure("rank 1: lost", "lost", raised_by=("other",)))
+    assert [m.kind for m in take_all(loop, sink)] == [Kind.FAILURE]
+    run(loop, sink.next_job(None, 0, 2))
+    run(loop, sink.record_failure("rank 0: ValueError", "evaluate() failed on worker rank 0", raised_by=("a",)))
+    [failed] = take_all(loop, sink)
+    assert isinstance(failed, JobFailed) and failed.error == "evaluate() failed on worker rank 0"
+
+
 def test_a_fatal_error_fails_the_job_at_once(loop):
     sink = EventSink(idle_timeout_s=60)
     run(loop, sink.post_job(job("a"), max_failures=-1))
