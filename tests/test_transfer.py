@@ -123,7 +123,7 @@ def test_a_ray_dataset_travels_beside_the_pickle_for_rays_own_serializer(ray_ses
     packed = transfer.pack({"train_dataset": ref})
     assert packed.ray_datasets == [dataset] and b"ObjectRef" not in packed.payload
     arrived = ray.get(ray.put(packed.data))  # as a worker gets it
-    [row_ids] = [transfer.unpack(packed.payload, arrived)["train_dataset"].dataset.to_pandas()["id"].tolist()]
+    row_ids = transfer.unpack(packed.payload, arrived)["train_dataset"].dataset.to_pandas()["id"].tolist()
     assert row_ids == list(range(8))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 from typing import Optional
 
@@ -32,7 +33,9 @@ MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 1 << 30
 
 
+@functools.lru_cache(maxsize=1)
 def _glibc() -> Optional[ctypes.CDLL]:
+    # Looked up once per process: find_library runs `ldconfig -p`, and release_memory calls this every job.
     if not sys.platform.startswith("linux"):
         return None
     try:
