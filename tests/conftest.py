@@ -39,6 +39,15 @@ CLOSING_POOL_LAST = ("tests/integration/test_worker_group.py::test_trainers_one_
                      "tests/integration/test_dynamic_modules.py", "tests/integration/test_worker_group.py")
 
 
+# The suite runs in two pytest-xdist processes (pyproject's addopts: `-n 2`), each with its own session Ray and
+# pool. These tests go to the second: their drivers are subprocesses (embedded Rays, a local multi-node cluster,
+# a `ray job submit` head, drivers killed and rerun), and most of their time is spent waiting for those to start
+# and stop, CPU the first process's tests use meanwhile. The Rays they start live in temporary folders, on free
+# ports, so neither process's drivers find the other's.
+SECOND_PROCESS = SUBPROCESS_DRIVERS_FIRST + ("tests/integration/test_resume.py",
+                                             "tests/integration/test_reliability_storage.py")
+
+
 def pytest_collection_modifyitems(items):
     def place(item) -> tuple:
         if item.nodeid.startswith(SUBPROCESS_DRIVERS_FIRST):
@@ -47,6 +56,20 @@ def pytest_collection_modifyitems(items):
         return (2, last[0]) if last else (1, 0)
 
     items.sort(key=place)  # a stable sort: within each place the tests keep their order
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it (or with -n 0) one process runs all
+def pytest_xdist_make_scheduler(config, log):
+    """Each of the two processes gets its tests in the order above: one work unit per process, never split.
+    (xdist's own `--dist loadgroup` marks do not reach its scheduler under pytest 9.2, which renamed the node
+    attribute xdist appends the group to.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoProcesses(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "drivers" if nodeid.startswith(SECOND_PROCESS) else "pool"
+
+    return TwoProcesses(config, log)
 
 
 @pytest.fixture(scope="session")
