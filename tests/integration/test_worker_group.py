@@ -105,15 +105,18 @@ class ActorsOf:
         self.controller = ray.get(group.sink.controller.remote(), timeout=10)._actor_id.hex()
 
     def __call__(self) -> list:
+        return [name for name in self.every_class() if name in OURS]
+
+    def every_class(self) -> list:
+        """The class of every live actor of the group, Ray Train's helpers too."""
         import ray._private.state
 
         table = ray._private.state.actors()
         address = table[self.controller]["Address"]
         owner = (address["IPAddress"], address["Port"])
         return [a["ActorClassName"] for actor_id, a in table.items()
-                if a["State"] == "ALIVE" and a["ActorClassName"] in OURS
-                and (actor_id in (self.sink, self.controller)
-                     or (a["OwnerAddress"]["IPAddress"], a["OwnerAddress"]["Port"]) == owner)]
+                if a["State"] == "ALIVE" and (actor_id in (self.sink, self.controller)
+                                              or (a["OwnerAddress"]["IPAddress"], a["OwnerAddress"]["Port"]) == owner)]
 
 
 def options(tmp_path, **extra):
@@ -135,6 +138,9 @@ def test_train_resume_evaluate_predict_run_on_one_group_and_equal_the_same_calls
     prediction = trainer.predict(FixedLength(10, seed=2))
     again = trainer.evaluate()
     assert pids(trainer, "eval") == train_pids and len(train_pids) == 2  # every call on the same 2 processes
+    # No DatasetManager: jobs split their own Ray Datasets, and one actor less is a faster group start (group.py).
+    started = ActorsOf(trainer._group).every_class()
+    assert started.count("RayTrainWorker") == 2 and "DatasetManager" not in started, started
 
     # One uninterrupted run (in process, the global batch of 8 as one batch) ends with the same weights.
     uninterrupted = Trainer(model=make_model(), args=TrainingArguments(**options(
