@@ -80,6 +80,14 @@ def _group_trainer_class():
     return GroupTrainer
 
 
+def ray_instance() -> Optional[str]:
+    """The Ray this process is connected to now, as the id of the driver's node (a new `ray.init()` after
+    `ray.shutdown()` is another one), or None when it is not connected."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
 class WorkerGroup:
     def __init__(self, spec: Spec, args, owner: str):
         import ray
@@ -90,6 +98,7 @@ class WorkerGroup:
         from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder
 
         self.spec = spec
+        self.ray_instance = ray_instance()  # after ray.shutdown() and a new ray.init(), the group is gone
         self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
         self.closing = False
         self.busy = False  # a call's job is running on it: no other call takes or releases it (holders.py)
@@ -143,10 +152,16 @@ class WorkerGroup:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self.closing
+        return self._thread.is_alive() and not self.closing and self.of_this_ray()
 
     def thread_alive(self) -> bool:
         return self._thread.is_alive()
+
+    def of_this_ray(self) -> bool:
+        """Whether the Ray this group started in is the one this process is connected to now. A script (or a
+        benchmark, a notebook) that calls ray.shutdown() and then ray.init() again has lost the group's actors
+        with the old Ray, while its fit() thread may still wait inside it."""
+        return ray_instance() == self.ray_instance
 
     def reuses(self, spec: Spec) -> bool:
         """Whether a job on `spec` can run here."""
@@ -185,6 +200,9 @@ class WorkerGroup:
         a job (abandoned by the driver) is aborted."""
         import ray
 
+        if not self.of_this_ray():  # its Ray is gone, and its actors with it: nothing to release or wait for
+            self.closing = True
+            return
         if not self._thread.is_alive() or not ray.is_initialized():
             self.closing = True
             self._kill_sink()

@@ -43,6 +43,7 @@ def hold(group):
 def take_idle(spec, prefer=None):
     """An idle live group that can run a job on `spec` (`prefer` first: the caller's last group); None if there
     is none."""
+    _drop_gone()
     candidates = ([prefer] if prefer is not None else []) + [g for g in _LIVE.values() if g is not prefer]
     for group in candidates:
         if id(group) in _LIVE and group.alive and not group.busy and group.reuses(spec):
@@ -79,6 +80,7 @@ def check_room(need: Dict[str, float], asking: str):
     fits is reused instead) and wait for their resources; if a busy group still takes what is needed, fail at
     once naming its Trainer and `close()`. A shortage nobody here holds is left to Ray (an autoscaler may add
     nodes; Ray Train waits for them as before)."""
+    _drop_gone()
     if _fits(need) or not _LIVE:
         return
     # Groups already on their way out (a close() that did not wait) give their resources back by themselves:
@@ -112,12 +114,20 @@ def check_room(need: Dict[str, float], asking: str):
 
 
 def live_groups() -> List[object]:
-    """Every group of the pool, idle, busy or ending (for tests and benchmarks); those whose fit() thread
-    ended are dropped from the pool."""
+    """Every group of the pool, idle, busy or ending (for tests and benchmarks)."""
+    _drop_gone()
+    return list(_LIVE.values())
+
+
+def _drop_gone():
+    """Forget the groups whose fit() thread ended, and those of a Ray this process is no longer connected to
+    (ray.shutdown(), then ray.init() again): their actors went with that Ray, and they hold nothing in this one."""
     for key, group in list(_LIVE.items()):
         if not group.thread_alive():
             _LIVE.pop(key, None)
-    return list(_LIVE.values())
+        elif not group.of_this_ray():
+            group.closing = True  # its Trainer's next call starts a new group, and its close() has nothing to do
+            _LIVE.pop(key, None)
 
 
 def idle_groups() -> List[object]:

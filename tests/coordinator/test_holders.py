@@ -15,6 +15,7 @@ from raytrainer.errors import ConfigError
 class FakeCluster:
     def __init__(self, cpus: float, lag_s: float = 0.0):
         self.cpus, self.lag_s = cpus, lag_s
+        self.instance = "ray-1"  # the Ray the process is connected to now (ray.shutdown() + ray.init(): another)
         self.lock = threading.Lock()
 
     def available(self):
@@ -32,11 +33,24 @@ class FakeCluster:
 class FakeGroup:
     def __init__(self, cluster: FakeCluster, cpus: float, busy: bool, owner: str):
         self.cluster, self.holds, self.busy, self.owner = cluster, {"CPU": cpus}, busy, owner
-        self.closing = False
+        self.closing, self.closed, self.instance = False, False, cluster.instance
 
     def close(self, wait: bool = True):
-        self.closing = True
+        self.closing = self.closed = True
         self.cluster.give_back(self.holds["CPU"])
+
+    def thread_alive(self) -> bool:
+        return True
+
+    def of_this_ray(self) -> bool:
+        return self.instance == self.cluster.instance
+
+    @property
+    def alive(self) -> bool:
+        return not self.closing and self.of_this_ray()
+
+    def reuses(self, spec) -> bool:
+        return True
 
 
 @pytest.fixture
@@ -100,3 +114,17 @@ def test_a_new_group_names_what_changed_in_its_shape():
     new = Spec(num_workers=1, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
                max_preemptions=-1, worker_idle_timeout_s=0, ray_train_log_level="WARNING")
     assert "; ".join(old.changes_to(new)) == "num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0"
+
+
+def test_groups_of_a_ray_that_was_shut_down_are_forgotten_not_reused_or_waited_for(pool):
+    """ray.shutdown(), then ray.init() again (a notebook, a benchmark between its rounds): the pool's groups
+    lived in the old Ray. None is taken, none is closed (a call into the old Ray's actors would fail or wait),
+    and what they held counts for nothing in the new one."""
+    live = pool(2, 0.5, (2, False, "idle A"), (2, True, "busy B"))
+    cluster = next(iter(live.values())).cluster
+    assert holders.take_idle(spec=None) is not None  # the same Ray: the idle group is taken
+    cluster.instance = "ray-2"
+    groups = list(live.values())
+    assert holders.take_idle(spec=None) is None
+    holders.check_room({"CPU": 2}, "train() with 2 workers")
+    assert live == {} and all(g.closing and not g.closed for g in groups)
