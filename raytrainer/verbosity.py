@@ -7,8 +7,9 @@ What is lowered, and where:
 - Ray Train's controller and worker lines (resource requests, worker-group start, process-group set-up):
   WARNING through Ray Train's own `LoggingConfig` in the run's `RunConfig`;
 - lines Ray forwards from its own processes that say nothing about the user's run: the core-worker notice
-  about the PreemptionWatcher actor printed on every run, and the placement-group cleaner's traceback when
-  several Ray instances run on one machine (filtered on the driver, by `INTERNAL_LINES`);
+  about the PreemptionWatcher actor printed on every run, the placement-group cleaner's traceback when
+  several Ray instances run on one machine, and the controller's traceback when its resource request timed
+  out on a busy machine (filtered on the driver, by `INTERNAL_LINES` and `INTERNAL_TRACEBACKS`);
 - storage clients (botocore, s3fs, urllib3, ...): never below INFO, at any level, on the driver and the
   workers, since their DEBUG lines carry credentials (`CREDENTIAL_LOGGERS`);
 - training workers: rank 0 logs at `log_level`, the others at `log_level_replica` (HF's arguments). With
@@ -68,7 +69,10 @@ def quiet_credential_loggers():
 # Also Ray Data's notice about its map actors' constructor arguments, printed for every actor pool.
 INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: '(PreemptionWatcher|MapWorker)")
 # Internal lines followed by a traceback of Ray's own, dropped up to its exception line.
-INTERNAL_TRACEBACKS = re.compile(r"Failed to stop PlacementGroupCleaner gracefully")
+# Ray Train's controller also warns, with a traceback, when its resource request to Ray Data's autoscaling
+# coordinator times out on a busy machine ("safe to ignore", in its own words; nothing a user can act on).
+INTERNAL_TRACEBACKS = re.compile(r"Failed to stop PlacementGroupCleaner gracefully|"
+                                 r"Failed to send resource request for train-")
 INTERNAL_EXCEPTION = re.compile(r"^[\w.]+(Error|Exception)\b")
 # Ray Data's SplitCoordinator (it streams a Ray Dataset to the training workers) prints progress lines.
 INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner", "SplitCoordinator"})

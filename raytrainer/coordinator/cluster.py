@@ -35,6 +35,9 @@ def connect(address: str | None = None):
     if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
         port, own = own_state_api()
         env_vars, dashboard = {**env_vars, **own}, {"dashboard_port": port}
+        # One node, which nothing drains: Ray Train's node-drain watcher (an actor per group start, ~1 s of it on
+        # 2 cores) has nothing to watch. Preemption by SIGTERM does not use it. A value the user set is kept.
+        env_vars[PREEMPTION_WATCHER_ENV] = os.environ.get(PREEMPTION_WATCHER_ENV, "0")
     elif os.environ.get(API_SERVER_ENV):  # a cluster joined: the state API the user named is its, not the
         env_vars[API_SERVER_ENV] = os.environ[API_SERVER_ENV]  # machine's last `ray start` cluster (below)
     ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **dashboard)
@@ -50,6 +53,7 @@ def connect(address: str | None = None):
 # failure for nothing. (With include_dashboard=False this Ray serves no state API at all.) So a Ray started
 # here keeps its dashboard on a port chosen now, and its processes are pointed at it.
 API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 
 def own_state_api() -> Tuple[int, Dict[str, str]]:

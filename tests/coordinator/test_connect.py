@@ -50,3 +50,26 @@ def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch):
     monkeypatch.delenv(cluster.API_SERVER_ENV)
     cluster.connect("127.0.0.1:6379")  # nothing named: Ray's own lookup, as before
     assert cluster.API_SERVER_ENV not in seen["runtime_env"]["env_vars"]
+
+
+def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeypatch):
+    """One node that nothing drains: Ray Train's PreemptionWatcher actor (started with every group) is left out
+    of the Ray raytrainer starts; a cluster keeps Ray's default, and a value the user set is kept."""
+    import ray
+
+    from raytrainer.coordinator import cluster
+
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(cluster, "filter_forwarded_logs", lambda: None)
+    monkeypatch.setattr(cluster, "quiet_driver", lambda: None)
+    monkeypatch.setenv("PYTHONPATH", "")
+    monkeypatch.delenv(cluster.PREEMPTION_WATCHER_ENV, raising=False)
+    cluster.connect("local")
+    assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "0"
+    monkeypatch.setenv(cluster.PREEMPTION_WATCHER_ENV, "1")
+    cluster.connect("local")
+    assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "1"
+    cluster.connect("127.0.0.1:6379")
+    assert cluster.PREEMPTION_WATCHER_ENV not in seen["runtime_env"]["env_vars"]

@@ -38,6 +38,9 @@ def test_the_forwarded_line_filter_drops_internal_notices_and_their_tracebacks_o
     lines = ["{loss=1.0}", "Failed to stop PlacementGroupCleaner gracefully.", "Traceback (most recent call last):",
              '  File "x.py", line 1, in f', "ray.exceptions.GetTimeoutError: Get timed out", "user print",
              "[2026 E 1 2] core_worker.cc:2465: Actor with class name: 'PreemptionWatcher' has ...",
+             "Failed to send resource request for train-a8ede38c. If this only happens transiently during network "
+             "partition or CPU being overloaded, it's safe to ignore this error.", "Traceback (most recent call last):",
+             '  File "y.py", line 2, in g', "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
              "Traceback (most recent call last):", "ValueError: the user's own error"]
     assert _without_internal(lines) == ["{loss=1.0}", "user print", "Traceback (most recent call last):",
                                         "ValueError: the user's own error"]
