@@ -114,18 +114,21 @@ def check_room(need: Dict[str, float], asking: str):
 
 
 def live_groups() -> List[object]:
-    """Every group of the pool, idle, busy or ending (for tests and benchmarks)."""
+    """Every group of the pool, idle, busy or ending (for tests and benchmarks); those whose fit() thread
+    ended are dropped from the pool."""
     _drop_gone()
+    for key, group in list(_LIVE.items()):
+        if not group.thread_alive():
+            _LIVE.pop(key, None)
     return list(_LIVE.values())
 
 
 def _drop_gone():
-    """Forget the groups whose fit() thread ended, and those of a Ray this process is no longer connected to
-    (ray.shutdown(), then ray.init() again): their actors went with that Ray, and they hold nothing in this one."""
+    """Forget the groups of a Ray this process is no longer connected to (ray.shutdown(), then ray.init()
+    again): their actors went with that Ray, and they hold nothing in this one. (A group whose fit() thread
+    ended stays until released: its close() removes its sink.)"""
     for key, group in list(_LIVE.items()):
-        if not group.thread_alive():
-            _LIVE.pop(key, None)
-        elif not group.of_this_ray():
+        if not group.of_this_ray():
             group.closing = True  # its Trainer's next call starts a new group, and its close() has nothing to do
             _LIVE.pop(key, None)
 
