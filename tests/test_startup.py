@@ -19,7 +19,9 @@ def assert_consistent(record: dict, group: str):
     phases = record["phases_s"]
     assert record["group"] == group
     assert all(seconds >= 0 for seconds in phases.values()), phases
-    assert sum(phases.values()) <= record["total_s"] + 1e-3, record
+    # Each figure is rounded to the millisecond: the rounded phases may exceed the rounded total by half a
+    # millisecond apiece (a CI run once saw nine phases summing to 0.024 against a total of 0.023).
+    assert sum(phases.values()) <= record["total_s"] + 0.0005 * (len(phases) + 1) + 1e-9, record
     assert set(phases) <= {*DRIVER_PHASES, *WORKER_PHASES, "first step"}  # (trainer_state.json sorts the keys)
     assert {"preflight", "pack", *WORKER_PHASES, "first step"} <= set(phases)
     assert 0 <= record["loss_check_s"] <= phases["preflight"]
