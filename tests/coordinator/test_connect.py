@@ -3,6 +3,7 @@ stale address (a cluster killed without `ray stop`) must not make the driver wai
 
 import socket
 
+import pytest
 import ray._private.utils
 
 from raytrainer.coordinator.cluster import _running_local_cluster
@@ -29,9 +30,9 @@ def test_no_address_file_starts_a_new_local_ray(monkeypatch):
     assert _running_local_cluster() == "local"
 
 
-def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch):
-    """RAY_API_SERVER_ADDRESS reaches the job's processes (Ray Train's placement-group cleaner asks it whether
-    the controller lives), instead of their falling back to the machine's last `ray start` cluster."""
+@pytest.fixture
+def ray_init_seen(monkeypatch):
+    """What connect() passes to ray.init (recorded, not called): Ray looks uninitialised."""
     import ray
 
     from raytrainer.coordinator import cluster
@@ -42,6 +43,15 @@ def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch):
     monkeypatch.setattr(cluster, "filter_forwarded_logs", lambda: None)
     monkeypatch.setattr(cluster, "quiet_driver", lambda: None)
     monkeypatch.setenv("PYTHONPATH", "")
+    return seen
+
+
+def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch, ray_init_seen):
+    """RAY_API_SERVER_ADDRESS reaches the job's processes (Ray Train's placement-group cleaner asks it whether
+    the controller lives), instead of their falling back to the machine's last `ray start` cluster."""
+    from raytrainer.coordinator import cluster
+
+    seen = ray_init_seen
     monkeypatch.setenv(cluster.API_SERVER_ENV, "http://127.0.0.1:8265")
     cluster.connect("127.0.0.1:6379")
     assert seen["address"] == "127.0.0.1:6379"
@@ -52,19 +62,12 @@ def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch):
     assert cluster.API_SERVER_ENV not in seen["runtime_env"]["env_vars"]
 
 
-def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeypatch):
+def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeypatch, ray_init_seen):
     """One node that nothing drains: Ray Train's PreemptionWatcher actor (started with every group) is left out
     of the Ray raytrainer starts; a cluster keeps Ray's default, and a value the user set is kept."""
-    import ray
-
     from raytrainer.coordinator import cluster
 
-    seen = {}
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
-    monkeypatch.setattr(cluster, "filter_forwarded_logs", lambda: None)
-    monkeypatch.setattr(cluster, "quiet_driver", lambda: None)
-    monkeypatch.setenv("PYTHONPATH", "")
+    seen = ray_init_seen
     monkeypatch.delenv(cluster.PREEMPTION_WATCHER_ENV, raising=False)
     cluster.connect("local")
     assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "0"
