@@ -48,7 +48,7 @@ def _refusals(output: str) -> list:
     return [line for line in output.splitlines() if line.startswith("REFUSED")]
 
 
-def test_torchrun_with_two_processes_refuses_on_every_rank_in_seconds(tmp_path):
+def test_torchrun_with_two_processes_refuses_in_seconds_before_ray_starts(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     started = time.time()
     done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", _script(tmp_path), "--seed", "3"],
@@ -57,7 +57,10 @@ def test_torchrun_with_two_processes_refuses_on_every_rank_in_seconds(tmp_path):
     assert elapsed < BOUND_S, f"took {elapsed:.0f} s"
     assert done.returncode != 0
     refused = _refusals(done.stdout)
-    assert len(refused) == 2, done.stdout + done.stderr  # both ranks, each with the message
+    # Each rank refuses by itself (a rank-1 process alone: the test below). Both usually print it; on a busy
+    # machine the second may still be importing when torchrun, seeing the first exit, stops it with SIGTERM.
+    stopped = len(refused) == 1 and "Signal 15 (SIGTERM) received" in done.stderr
+    assert len(refused) == 2 or stopped, done.stdout + done.stderr
     for line in refused:
         assert "ConfigError" in line and "torchrun as 2 processes" in line
     assert "python " in done.stdout and "train_script.py --seed 3 --num_workers 2" in done.stdout
