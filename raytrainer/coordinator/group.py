@@ -107,7 +107,7 @@ class WorkerGroup:
         self.holds = {k: v * max(bounds(args.num_workers)) for k, v in worker_resources(args, spec.use_gpu).items()}
         # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
         # Each rank keeps a next_job call (and rank 0 a stop watch) in flight, so the concurrency grows with it.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        here = NodeAffinitySchedulingStrategy(self.ray_instance, soft=False)
         most = args.max_workers
         self.sink = ray.remote(num_cpus=0, max_concurrency=64 + 2 * most)(EventSink).options(
             scheduling_strategy=here).remote(args.worker_idle_timeout_s)

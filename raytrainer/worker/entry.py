@@ -87,26 +87,27 @@ def serve(posted: Job, ctx: WorkerContext, sink):
 
     startup = Timeline()  # the job received: the start-up's worker side begins (startup.py)
     emitter = Emitter(sink, ctx.rank, job=posted.id)
-    kind = posted.job_kind
+
+    def reported(exc: Exception, fatal: bool = False) -> WorkerError:
+        """`exc` as this job's WorkerError, its traceback sent to the driver first (call from its except block)."""
+        error = WorkerError.of(exc, ctx.rank, posted.job_kind, fatal=fatal, job=posted.id)
+        emitter.emit(ERROR, traceback=error.worker_traceback)
+        emitter.flush(wait=True)
+        return error
+
     try:
         code_paths.install(posted.code, fetch=ray.get)  # what the driver imports, importable here too
         # The weights and large data come from the object store (zero-copy on the driver's node).
         trainer, job = transfer.unpack(posted.payload, ray.get(posted.data))
     except Exception as exc:  # a module this node lacks: every try would fail alike, so the job fails now
-        error = WorkerError.of(exc, ctx.rank, kind, fatal=True, job=posted.id)
-        emitter.emit(ERROR, traceback=error.worker_traceback)
-        emitter.flush(wait=True)
-        raise error from None
+        raise reported(exc, fatal=True) from None
     levels = job.get("log_levels", {})
     configure_worker(levels.get(ctx.rank, levels.get("replica")))
     try:
         startup.mark("unpack")
         result = run_job(trainer, job, ctx, emitter, on_ray=True, startup=startup, taken_at=posted.taken_at)
     except Exception as exc:  # the user's error, as one line on the driver (the traceback travels with it)
-        error = WorkerError.of(exc, ctx.rank, kind, job=posted.id)
-        emitter.emit(ERROR, traceback=error.worker_traceback)
-        emitter.flush(wait=True)
-        raise error from None
+        raise reported(exc) from None
     except BaseException:
         emitter.emit(ERROR, traceback=traceback.format_exc())
         emitter.flush(wait=True)
