@@ -15,11 +15,12 @@ __version__ = "0.1.0"
 # Imported on first use (PEP 562): a process that needs one module of the package (the event sink actor, a
 # Ray Train helper) does not pay for torch and transformers' imports.
 _EXPORTS = {
-    "ArgumentParser": ".argparser", "TrainingArguments": ".args", "TrainerCallback": ".callbacks.base",
+    "ArgumentParser": ".arguments.parser", "TrainingArguments": ".arguments.training_args",
+    "TrainerCallback": ".callbacks.base",
     "EarlyStoppingCallback": ".callbacks.early_stopping", "ProfilerCallback": ".callbacks.profiler",
     "PrinterCallback": ".callbacks.progress", "ProgressCallback": ".callbacks.progress",
     "DefaultCollator": ".data.collator", "ConfigError": ".errors", "StorageError": ".errors",
-    "register_reporter": ".report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
+    "register_reporter": ".arguments.report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
     "TrainerControl": ".state", "TrainerState": ".state", "TrainOutput": ".state", "Trainer": ".trainer",
 }
 
@@ -44,14 +45,14 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
-    from .argparser import ArgumentParser
-    from .args import TrainingArguments
+    from .arguments.parser import ArgumentParser
+    from .arguments.report_to import register_reporter
+    from .arguments.training_args import TrainingArguments
     from .callbacks.base import TrainerCallback
     from .callbacks.early_stopping import EarlyStoppingCallback
     from .callbacks.profiler import ProfilerCallback
     from .callbacks.progress import PrinterCallback, ProgressCallback
     from .data.collator import DefaultCollator
     from .errors import ConfigError, StorageError
-    from .report_to import register_reporter
     from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
     from .trainer import Trainer

@@ -3,6 +3,6 @@
 
 import sys
 
-from .cli import main
+from .cli.commands import main
 
 sys.exit(main())

@@ -37,7 +37,7 @@ def check_dataset(dataset: Any, name: str):
 
 def check_inputs(trainer, training: bool):
     args = trainer.args
-    if training:  # train()'s first step: its start-up timeline starts here (startup.py, coordinator/runner.py)
+    if training:  # train()'s first step: its start-up timeline starts here (startup.py, coordinator/dispatch.py)
         trainer._startup = Startup()
         if trainer.train_dataset is None:
             raise ConfigError("train() needs a train_dataset: pass Trainer(train_dataset=...).")

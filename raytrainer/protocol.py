@@ -32,9 +32,9 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
 
 class Kind(enum.Enum):
-    """What a message is. The driver's pump dispatches on it (`coordinator/launcher.py`)."""
+    """What a message is. The driver's pump dispatches on it (`coordinator/pump.py`)."""
     JOB = "job"                          # driver → workers: run this (the job board)
-    EVENT = "event"                      # a callback event from a rank (callbacks/events.py names, or "error")
+    EVENT = "event"                      # a callback event from a rank (callbacks/event_names.py names, or "error")
     CONTROL_REQUEST = "control_request"  # rank 0 waits for the driver's decision on the events before it
     DECISION = "decision"                # the driver's answer: control flags and callback states
     RESULT_READY = "result_ready"        # rank 0 handed in the job's result: the driver takes it
@@ -107,7 +107,7 @@ class Decision:
 # ---------------------------------------------------------------------------------------- workers → driver
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A callback event (`callbacks/events.py`), or "error" with a rank's traceback. `payload` holds the
+    """A callback event (`callbacks/event_names.py`), or "error" with a rank's traceback. `payload` holds the
     callback's keyword arguments (global_step and epoch included)."""
     name: str
     rank: int

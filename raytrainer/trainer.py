@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
-from . import hub, launchers, preflight, storage
-from .args import TrainingArguments
+from . import launch_guard, preflight, storage
+from .arguments.training_args import TrainingArguments
 from .callbacks.base import CallbackHandler, TrainerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
 from .callbacks.reporters import reporter_callbacks
@@ -23,14 +23,15 @@ from .callbacks.stateful import restore_states
 from .checkpoint import lease, resume
 from .checkpoint.listing import read_trainer_state
 from .checkpoint.model_io import load_into, save_model_files
-from .checkpoint.upload import upload_dir
-from .coordinator import cluster, holders, runner
+from .coordinator import cluster, dispatch, holders
 from .data import ray_data
 from .errors import ConfigError, StorageError
-from .model_card import ModelCardMixin
+from .hub import push as hub
+from .hub.model_card import ModelCardMixin
+from .metrics_files import ResultsMixin
 from .protocol import JobKind
-from .results import ResultsMixin
 from .state import PredictionOutput, TrainerState, TrainOutput
+from .storage.upload import upload_dir
 from .verbosity import quiet_driver, worker_level
 from .worker.hooks import WorkerHooks
 from .worker_context import WorkerContext
@@ -44,7 +45,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
                  compute_loss_func: Optional[Callable] = None, compute_metrics: Optional[Callable] = None,
                  callbacks: Optional[list] = None, optimizers=(None, None),
                  preprocess_logits_for_metrics: Optional[Callable] = None):
-        launchers.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
+        launch_guard.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
         if model is None and model_init is None:
             raise ConfigError("Trainer needs a model: pass model=... or model_init=<a function returning one>.")
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -183,7 +184,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
         """Save the model (its save_pretrained format, else model.safetensors) to a local path or URL. With
-        args.push_to_hub, output_dir then goes to the Hub, as in transformers (hub.py)."""
+        args.push_to_hub, output_dir then goes to the Hub, as in transformers (hub/push.py)."""
         output_dir = storage.absolute_if_local(output_dir or self.args.output_dir)
         model = self._driver_model()
         if storage.is_local(output_dir):
@@ -245,7 +246,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         return resume.resolve(self.args.output_dir, requested, self.args.storage_options)
 
     def _run(self, job: dict, receive: Optional[Callable[[Any], Any]] = None) -> Any:
-        """Run `job` on the workers (or here: coordinator/runner.py); `receive(result)` runs while the result's
+        """Run `job` on the workers (or here: coordinator/dispatch.py); `receive(result)` runs while the result's
         objects still exist. `job` is the work order inside the pickle, a dict of plain values ("kind": a
         `JobKind`'s value; data/ray_data.py may name a Ray Dataset after it)."""
         handler = self.callback_handler
@@ -256,7 +257,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         # A ray.data.Dataset goes beside the pickle, each job splits its own (data/ray_data.py).
         with ray_data.detached(self, job) as datasets:
             packed = preflight.serialise(self, job)
-        return runner.run(self, packed, JobKind(job["kind"]), datasets, self._use_gpu(), receive)
+        return dispatch.run(self, packed, JobKind(job["kind"]), datasets, self._use_gpu(), receive)
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:

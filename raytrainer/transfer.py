@@ -18,7 +18,7 @@ Parameter again on the worker.
 Back: rank 0 puts its trained state dict (numpy views of its CPU tensors, tied tensors once) into the
 object store; the driver maps it and `load_state_dict` copies it into its model. The object belongs to the
 worker that put it (Ray 2.56 removed `ray.put(_owner=...)`) and is lost when that worker exits, so rank 0
-waits until the driver has read it (`worker/entry.py`, `coordinator/launcher.py`). A memory-mapped
+waits until the driver has read it (`worker/entry.py`, `coordinator/pump.py`). A memory-mapped
 `datasets.Dataset` pickles as its cache files' paths, so it travels as paths (readable on every worker of one
 node, or on a shared file system).
 """

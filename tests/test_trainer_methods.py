@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from raytrainer import Trainer, TrainingArguments
-from raytrainer.coordinator.launcher import TrainingError
+from raytrainer.coordinator.pump import TrainingError
 from raytrainer.data.user_sampler import draw
 from raytrainer.errors import ConfigError
 from raytrainer.storage import read_text

@@ -8,7 +8,7 @@ the same methods with the same arguments. A callback may set flags on `control` 
 Two class attributes say where a callback runs and what it costs:
 - `observes_only = True`: it never changes control, so the workers never wait for it (the progress bar and
   the reporters). Leave it False for a callback that may stop, save, log or evaluate: the workers then
-  consult the driver after each event that callback listens to (a round trip; see `worker/events.py`).
+  consult the driver after each event that callback listens to (a round trip; see `worker/loop_events.py`).
 - `on_every_rank = True`: it runs inside the loop on every rank, not on the driver, and receives the model,
   optimizer, scheduler and dataloader as HF passes them (for callbacks that act on tensors). Its control
   flags are combined across ranks (any rank's flag counts).
@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, Dict, Iterable, List
 
 from ..state import TrainerControl, TrainerState
-from .events import DECISION_POINTS, EVENTS, PER_STEP, method_name
+from .event_names import DECISION_POINTS, EVENTS, PER_STEP, method_name
 from .stateful import STATES_KEY, export_states
 
 CONTROL_FLAGS = tuple(f.name for f in dataclasses.fields(TrainerControl))

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from .. import storage
-from ..checkpoint.upload import upload_file
+from ..storage.upload import upload_file
 from .base import TrainerCallback
 
 SNAPSHOT_ENTRIES = 100_000  # allocation events kept by the CUDA memory history (torch's documented example)

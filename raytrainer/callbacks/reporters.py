@@ -8,8 +8,8 @@ A reporter is an ordinary callback that runs on the driver: it sees one event st
 Adding a reporter: pass an instance in `Trainer(callbacks=[...])`, or give it a name with
 `register_reporter("name", cls)` (cls takes no arguments) before building `TrainingArguments(report_to="name")`.
 
-The names are checked at `TrainingArguments` construction, by `raytrainer/report_to.py` (the registry), without
-importing the tracker; this module builds the callbacks they name.
+The names are checked at `TrainingArguments` construction, by `raytrainer/arguments/report_to.py` (the registry),
+without importing the tracker; this module builds the callbacks they name.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-from .. import report_to
+from ..arguments import report_to
 
 
 def reporter_class(name: str) -> type:

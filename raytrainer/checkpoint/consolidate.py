@@ -18,10 +18,10 @@ import torch
 
 from ..errors import ConfigError
 from ..storage import exists, is_local, join, local_path, read_bytes
+from ..storage.upload import upload_dir
 from .manifest import is_committed
 from .sharded import MODEL_DIR, _reader, is_sharded
 from .snapshot import MODEL_FILE
-from .upload import upload_dir
 
 CONFIG_FILE = "config.json"
 _DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",

@@ -27,7 +27,7 @@ from typing import Optional
 
 from ..errors import StorageError
 from ..storage import get_fs, is_local, is_object_store, join, local_path
-from .retry import Retry, StorageFatalError, StorageLostError, bucket_lost
+from ..storage.retry import Retry, StorageFatalError, StorageLostError, bucket_lost
 
 LEASE_NAME = ".raytrainer-lease.json"
 HEARTBEAT_S = 10.0

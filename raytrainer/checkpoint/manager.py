@@ -22,13 +22,13 @@ from typing import Optional
 from ..data.global_batch import accumulation_to_keep
 from ..state import OWN_STATE_KEY, TrainerState
 from ..storage import basename, exists, join, read_bytes
+from ..storage.integrity import CheckpointDamagedError, check_bytes, parsing
+from ..storage.retry import DEFAULT_TIMEOUT_S, Retry
 from ..worker_context import WorkerContext
 from . import lease, manifest
 from .async_shards import ShardGroups, save_sharded_async
-from .integrity import CheckpointDamagedError, check_bytes, parsing
 from .listing import TRAINER_STATE_NAME, checkpoint_name, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
-from .retry import DEFAULT_TIMEOUT_S, Retry
 from .sharded import (
     OPTIMIZER_DIR,
     is_sharded,
@@ -64,7 +64,7 @@ class CheckpointManager:
         self.storage_options = args.storage_options
         self.last_committed: Optional[str] = None  # rank 0: the newest checkpoint this group committed
         self._resume_states: dict = {}  # url -> its trainer_state.json, while resuming (_state_bytes)
-        # A transient storage error is waited out for this long before it counts as a failure (retry.py).
+        # A transient storage error is waited out for this long before it counts as a failure (storage/retry.py).
         self.retry = Retry(getattr(args, "storage_retry_timeout_s", DEFAULT_TIMEOUT_S), args.storage_options)
         self.writer = CheckpointWriter(args.output_dir, args.storage_options, args.save_async,
                                        args.save_total_limit, on_commit=self._committed, retry=self.retry,

@@ -60,7 +60,7 @@ def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
 
 
 def _checksum(url: str, storage_options: dict | None) -> str:
-    from .integrity import of_stream
+    from ..storage.integrity import of_stream
 
     fs, path = get_fs(url, storage_options)
     with fs.open(path, "rb") as f:

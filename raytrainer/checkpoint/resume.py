@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 from ..errors import ConfigError
 from ..storage import absolute_if_local, basename, get_fs, join
-from .integrity import CheckpointDamagedError, algorithm_of, of_stream
+from ..storage.integrity import CheckpointDamagedError, algorithm_of, of_stream
 from .listing import checkpoint_dirs
 from .manifest import MANIFEST_NAME, list_files, read_manifest, size_problem
 

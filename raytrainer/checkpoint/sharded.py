@@ -44,7 +44,7 @@ def shard_checksums(ckpt_url: str, files: dict, rank: int, world_size: int,
     """Checksums of this rank's share of the DCP files under `ckpt_url` (those it wrote): DCP writes them
     itself, so they are read back once, each rank its own, in parallel. `algorithms`: {file: algorithm} to
     check a committed manifest's (default: the current one)."""
-    from .integrity import ALGORITHM, of_stream
+    from ..storage.integrity import ALGORITHM, of_stream
 
     checksums = {}
     for name in sorted(files):
@@ -60,7 +60,7 @@ def shard_damage(ckpt_url: str, manifest: Optional[dict], rank: int, world_size:
     """(file, problem) for the first of this rank's share of DCP files whose checksum differs from the
     manifest's; None when they match (or the manifest has no checksums). DCP reads byte ranges itself, so the
     files are checked before it loads them."""
-    from .integrity import algorithm_of
+    from ..storage.integrity import algorithm_of
 
     expected = {name: value for name, value in ((manifest or {}).get("checksums") or {}).items()
                 if algorithm_of(value) is not None}

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from .integrity import HashingFile, of_bytes
+from ..storage.integrity import HashingFile, of_bytes
 from .listing import TRAINER_STATE_NAME as TRAINER_STATE_FILE
 
 MODEL_FILE = "model.safetensors"

@@ -2,7 +2,7 @@
 
 Order (principle 2): all files first, the commit marker (manifest, with each file's size and checksum)
 last, then retention. Local storage is written in place (the directory does not count until committed);
-remote storage is written to a local staging directory and uploaded file by file (`upload.py`: never
+remote storage is written to a local staging directory and uploaded file by file (`storage/upload.py`: never
 creating a bucket), since save_pretrained and torch.save want a local path. Checksums are taken as the
 bytes are written or uploaded; only model files a library writes itself on local disk are read back once.
 Before writing and again before committing, the run's lease is checked (`guard`): a run whose storage
@@ -19,13 +19,13 @@ import threading
 from typing import Callable, Optional
 
 from ..storage import basename, exists, get_fs, is_local, join, local_path
+from ..storage.integrity import of_local_file
+from ..storage.retry import Retry, StorageFatalError, StorageLostError, fatal_error
+from ..storage.upload import local_files, upload_dir
 from . import manifest, retention
-from .integrity import of_local_file
 from .listing import checkpoint_name
 from .resume import verify
-from .retry import Retry, StorageFatalError, StorageLostError, fatal_error
 from .snapshot import Snapshot
-from .upload import local_files, upload_dir
 
 
 def write_snapshot(snapshot: Snapshot, ckpt_url: str, save_model: Callable[[str, dict], None],

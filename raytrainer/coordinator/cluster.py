@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Dict, Tuple
 
+from ..arguments.scaling import Workers, bounds
 from ..errors import ConfigError
-from ..scaling import Workers, bounds
 from ..verbosity import filter_forwarded_logs, quiet_driver
 
 

@@ -24,8 +24,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..arguments.scaling import bounds
 from ..protocol import Job, JobKind
-from ..scaling import bounds
 from ..verbosity import train_logging_config
 from ..worker.entry import ray_worker_main
 from .cluster import worker_resources
@@ -170,7 +170,7 @@ class WorkerGroup:
     def why_not_reused(self, spec: Spec) -> str:
         """Why a call starts a new group instead of this one (for the log)."""
         if self.error is not None and not self.closing:
-            from .launcher import describe
+            from .pump import describe
 
             return f"the previous one ended: {describe(self.error)}"
         if not self.alive:

@@ -6,7 +6,7 @@ die with that node); it outlives the group's restarts, so the driver sees one st
 
 - the job board (`jobs.py`): what the workers run; re-serving, per-job failure counts, idle close;
 - the event stream (`stream.py`): events, control requests and their decisions, results, failures, stalls,
-  in arrival order, for the driver's pump (`launcher.py`);
+  in arrival order, for the driver's pump (`pump.py`);
 - the run history (`history.py`): why a group ended, every restart and resize of the job;
 - the result of the job and the driver's Ctrl-C (a stop request).
 

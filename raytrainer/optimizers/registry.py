@@ -16,10 +16,10 @@ from typing import Optional
 
 import torch
 
+from ..arguments.scaling import bounds, normalise_workers
 from ..errors import ConfigError
-from ..optim import _convert, _param_groups, parse_optim_args
-from ..scaling import bounds, normalise_workers
 from . import liger
+from .builtin import _convert, _param_groups, parse_optim_args
 
 GALORE_OPTIONS = {"rank": 128, "update_proj_gap": 200, "scale": 0.25, "proj_type": "std"}
 APOLLO_OPTIONS = {"rank": 128, "proj": "random", "scale_type": "channel", "update_proj_gap": 200, "scale": 1.0,

@@ -19,8 +19,8 @@ from ..startup import Timeline
 from ..verbosity import configure_worker
 from ..worker_context import WorkerContext
 from .evaluation import evaluation_loop
-from .events import LoopEvents
 from .loop import TrainLoop
+from .loop_events import LoopEvents
 from .memory import give_back_freed_memory, keep_freed_memory
 from .process_options import setup_process
 from .user_errors import WorkerError, quiet_wrapped_tracebacks

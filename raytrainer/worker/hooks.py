@@ -32,8 +32,8 @@ from ..data.ray_batches import RayEvalLoader, RayTrainData
 from ..data.ray_data import RayDataRef
 from ..data.sampler import DistributedBatchSampler, eval_shard, order_options
 from ..data.user_sampler import SamplerShards, evaluation_shard
-from ..optim import create_optimizer, create_scheduler
 from ..optimizers import fused_backward, is_fused_backward
+from ..optimizers.builtin import create_optimizer, create_scheduler
 from .losses import label_smoothed_loss
 
 

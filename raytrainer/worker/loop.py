@@ -18,8 +18,8 @@
     -> log the run's metrics -> on_train_end -> rank 0 returns
 
 Every decision depends only on values that are identical on all ranks (the global step, reduced metrics,
-control flags combined over ranks in `worker/events.py`), so every rank takes it at the same step
-(principle 1). `callbacks/events.py` lists the events in order.
+control flags combined over ranks in `worker/loop_events.py`), so every rank takes it at the same step
+(principle 1). `callbacks/event_names.py` lists the events in order.
 """
 
 from __future__ import annotations
@@ -32,21 +32,21 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Optional
 
+from ..arguments.scaling import accumulation_at
 from ..checkpoint.manager import CheckpointManager
 from ..checkpoint.snapshot import get_rng_state, set_rng_state
 from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.global_batch import global_batch_size
 from ..data.loader_options import main_input_name
 from ..data.ray_batches import RayTrainData
-from ..optim import optimizer_eval_mode, optimizer_train_mode
 from ..optimizers import apply_liger_kernel
+from ..optimizers.builtin import optimizer_eval_mode, optimizer_train_mode
 from ..protocol import GroupStart
-from ..scaling import accumulation_at
 from ..startup import EVENT as STARTUP_EVENT, Timeline
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from .evaluation import evaluation_loop
-from .events import LoopEvents
+from .loop_events import LoopEvents
 from .meter import Meter
 from .neftune import neftune
 from .nonfinite import NonFiniteGuard
@@ -112,7 +112,7 @@ class TrainLoop:
         url = self.checkpoints.find_resume_url(self.resume_from)
         if url is not None:  # before planning: another world size changes the accumulation (same global batch)
             self.checkpoints.keep_global_batch(url)
-        elif args.elastic:  # a fresh elastic start below max: the global batch is max workers' (scaling.py)
+        elif args.elastic:  # a fresh elastic start below max: the global batch is max workers' (arguments/scaling.py)
             args.gradient_accumulation_steps = accumulation_at(args.gradient_accumulation_steps, args.max_workers,
                                                                ctx.world_size)
         self.sync = StepSync(ctx)  # the step's one collective: slots registered in the same order on every rank

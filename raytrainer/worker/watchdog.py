@@ -153,7 +153,7 @@ def watching(args, rank: int, exit_on_timeout: bool, report: Report = report_to_
 
 def watch_events(events, dog):
     """Mark each event before the loop's events object fires it (rank callbacks, the driver's decision, the
-    control all-reduce): a rank stalled in `on_step_end` is named so. worker/events.py stays unaware of it."""
+    control all-reduce): a rank stalled in `on_step_end` is named so. worker/loop_events.py stays unaware of it."""
     if dog is UNWATCHED:
         return
     fire, names = events.fire, {}

@@ -9,7 +9,7 @@ import pytest
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.callbacks.base import CallbackHandler
-from raytrainer.callbacks.events import EVENTS
+from raytrainer.callbacks.event_names import EVENTS
 from raytrainer.callbacks.progress import straggler
 from raytrainer.checkpoint.listing import list_checkpoints
 from tests.models import TokenData, make_model

@@ -6,15 +6,8 @@ import re
 
 import pytest
 
-from raytrainer import (
-    ArgumentParser,
-    ConfigError,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-    register_reporter,
-    report_to,
-)
+from raytrainer import ArgumentParser, ConfigError, Trainer, TrainerCallback, TrainingArguments, register_reporter
+from raytrainer.arguments import report_to
 from tests.models import make_model
 
 

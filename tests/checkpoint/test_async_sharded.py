@@ -10,9 +10,9 @@ import pytest
 
 from raytrainer import Trainer
 from raytrainer.checkpoint import async_shards
-from raytrainer.checkpoint.integrity import ALGORITHM
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.storage import join, read_text
+from raytrainer.storage.integrity import ALGORITHM
 from tests.blocks_model import blocks_args, make_blocks, train_blocks
 from tests.models import TokenData, assert_same_weights, weights
 

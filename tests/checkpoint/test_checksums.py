@@ -5,7 +5,7 @@ import zlib
 
 import pytest
 
-from raytrainer.checkpoint.integrity import ALGORITHM, CheckpointDamagedError, HashingFile, check_bytes, of_bytes
+from raytrainer.storage.integrity import ALGORITHM, CheckpointDamagedError, HashingFile, check_bytes, of_bytes
 
 
 def manifest(name, data, checksum):

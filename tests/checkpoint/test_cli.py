@@ -10,7 +10,7 @@ import pytest
 
 from raytrainer import storage
 from raytrainer.checkpoint import manifest
-from raytrainer.cli import compact_metrics, human_size, main
+from raytrainer.cli.commands import compact_metrics, human_size, main
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_storage_error_exits_2_without_traceback(tmp_path, capsys):
 
 
 def test_console_exit_code(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "raytrainer.cli", "checkpoints", "s3:/collapsed/run"],
+    proc = subprocess.run([sys.executable, "-m", "raytrainer", "checkpoints", "s3:/collapsed/run"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "s3://collapsed/run" in proc.stderr and "Traceback" not in proc.stderr
 

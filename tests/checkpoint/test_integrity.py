@@ -14,12 +14,12 @@ import torch
 
 from raytrainer import storage
 from raytrainer.checkpoint import listing, manifest, resume
-from raytrainer.checkpoint.integrity import CheckpointDamagedError, of_bytes
 from raytrainer.checkpoint.model_io import load_model_state, save_model_files
-from raytrainer.checkpoint.retry import Retry
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
 from raytrainer.checkpoint.writer import clear_leftover, write_snapshot
 from raytrainer.errors import ConfigError
+from raytrainer.storage.integrity import CheckpointDamagedError, of_bytes
+from raytrainer.storage.retry import Retry
 from tests.models import make_model
 
 

@@ -6,8 +6,8 @@ import json
 
 from raytrainer import storage
 from raytrainer.checkpoint import manifest
-from raytrainer.checkpoint.integrity import of_bytes
 from raytrainer.checkpoint.manifest import MANIFEST_NAME
+from raytrainer.storage.integrity import of_bytes
 
 
 def _write_files(store, ckpt: str) -> str:

@@ -1,4 +1,4 @@
-"""storage.py: URL handling, byte I/O on local and S3, and the driver's writability probe."""
+"""raytrainer.storage: URL handling, byte I/O on local and S3, and the driver's writability probe."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ import pytest
 from raytrainer import storage
 from raytrainer.checkpoint import lease, manifest, resume
 from raytrainer.checkpoint.model_io import save_model_files
-from raytrainer.checkpoint.retry import Retry, StorageFatalError, StorageLostError
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
 from raytrainer.checkpoint.writer import CheckpointWriter, write_snapshot
 from raytrainer.errors import StorageError
+from raytrainer.storage.retry import Retry, StorageFatalError, StorageLostError
 from tests.checkpoint.faults import OutageProxy, bucket_exists, delete_bucket, empty_bucket, small_disk
 from tests.models import make_model
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from raytrainer.callbacks.base import CallbackHandler, TrainerCallback
-from raytrainer.coordinator import launcher
+from raytrainer.coordinator import pump as launcher
 from raytrainer.coordinator.jobs import IDLE_FAILURE_LIMIT
 from raytrainer.coordinator.sink import EventSink
 from raytrainer.protocol import (

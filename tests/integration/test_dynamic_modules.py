@@ -16,7 +16,7 @@ import pytest
 
 from raytrainer import Trainer, TrainingArguments
 from raytrainer.code_paths import capture
-from raytrainer.coordinator.launcher import TrainingError
+from raytrainer.coordinator.pump import TrainingError
 
 MODEL_MODULE = """
 import numpy as np

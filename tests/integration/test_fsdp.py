@@ -5,7 +5,7 @@ import os
 import pytest
 import safetensors.torch
 
-from raytrainer.cli import main as cli
+from raytrainer.cli.commands import main as cli
 from tests.blocks_model import train_blocks
 from tests.models import assert_same_weights, weights
 

@@ -6,8 +6,8 @@ import os
 
 from raytrainer import EarlyStoppingCallback, Trainer, TrainingArguments
 from raytrainer.checkpoint.listing import read_trainer_state
+from tests.arguments.test_transformers_behaviour import RunningAccuracy
 from tests.models import TokenData, make_model
-from tests.test_hf_arguments_behaviour import RunningAccuracy
 
 
 def test_two_workers_count_tokens_batch_metrics_and_callback_states(tmp_path, ray_session):

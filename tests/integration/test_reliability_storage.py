@@ -16,7 +16,7 @@ import pytest
 
 from raytrainer import Trainer, TrainerCallback
 from raytrainer.checkpoint import lease, listing, resume
-from raytrainer.checkpoint.retry import StorageLostError
+from raytrainer.storage.retry import StorageLostError
 from tests.checkpoint.faults import OutageProxy, bucket_exists, delete_bucket, empty_bucket
 from tests.models import assert_same_weights, weights
 from tests.resume_script import SlowTrainer, TokenData, make_model, training_args

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
-from raytrainer.coordinator.launcher import TrainingError
+from raytrainer.coordinator.pump import TrainingError
 from raytrainer.errors import ConfigError
 from tests.models import VOCAB, TokenData, assert_same_weights, make_model, weights
 from tests.support import SESSION_CPUS

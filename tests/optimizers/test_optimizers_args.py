@@ -11,10 +11,10 @@ import warnings
 import pytest
 import torch
 
-from raytrainer.args import OPTIMIZERS, TrainingArguments
+from raytrainer.arguments.training_args import OPTIMIZERS, TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.optim import create_optimizer, create_scheduler
 from raytrainer.optimizers import NAMES, apply_liger_kernel, check_run, fused_backward, is_fused_backward, registry
+from raytrainer.optimizers.builtin import create_optimizer, create_scheduler
 from tests.hf_models import tiny_model
 
 TARGETS = ["q_proj", "v_proj"]

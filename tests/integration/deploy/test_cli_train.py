@@ -14,7 +14,7 @@ import pytest
 
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.checkpoint.manifest import is_committed
-from raytrainer.cli import main
+from raytrainer.cli.commands import main
 from tests.support import ROOT
 
 TINY_LM = os.path.join(ROOT, "examples", "configs", "tiny_lm.yaml")

@@ -13,7 +13,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Union
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from typing import Optional
 
 import pytest
 
-from raytrainer.argparser import ArgumentParser
-from raytrainer.args import TrainingArguments
+from raytrainer.arguments.parser import ArgumentParser
+from raytrainer.arguments.training_args import TrainingArguments
 from raytrainer.errors import ConfigError
 
 

@@ -18,7 +18,7 @@ import os
 import warnings
 from typing import Any, Optional
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "offload", "auto_wrap")
 # Keys we act on, in transformers' spelling; accelerate's config files prefix them with "fsdp_" and name a few

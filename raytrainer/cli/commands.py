@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # A one-line summary: evaluation metrics first, then the training ones; runtimes and throughput are noise.
 _TRAIN_METRICS = ("loss", "learning_rate", "epoch")
@@ -77,8 +77,8 @@ def _is_storage_failure(exc: Exception) -> bool:
 
 def run_checkpoints(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `raytrainer --help` and other subcommands stay instant.
-    from .checkpoint.listing import list_checkpoints
-    from .storage import describe_error
+    from ..checkpoint.listing import list_checkpoints
+    from ..storage import describe_error
 
     options = _options(args.storage_option)
     try:
@@ -143,15 +143,15 @@ class _TrainHelp(argparse.Action):
 
 
 def _train_options_parser():
-    from .argparser import ArgumentParser
-    from .args import TrainingArguments
+    from ..arguments.parser import ArgumentParser
+    from ..arguments.training_args import TrainingArguments
     from .config_refs import TrainReferences
 
     return ArgumentParser([TrainingArguments, TrainReferences], prog="raytrainer train CONFIG", add_help=False)
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .argparser import CONFIG_SUFFIXES
+    from ..arguments.parser import CONFIG_SUFFIXES
     from .config_refs import resolve
 
     config = args.config
@@ -179,7 +179,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_consolidate(args: argparse.Namespace) -> int:
-    from .checkpoint.consolidate import consolidate
+    from ..checkpoint.consolidate import consolidate
 
     print(consolidate(args.checkpoint, args.out, _options(args.storage_option)))
     return 0
@@ -236,6 +236,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raytrainer: error: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -1,7 +1,7 @@
 """The transformers fields that `TrainingArguments` gained for transformers' scripts: their
 spellings brought to one form, then checked. Called from `TrainingArguments.__post_init__`.
 
-What each field means is hf_fields.py's table; this module only makes values consistent and turns
+What each field means is transformers_fields.py's table; this module only makes values consistent and turns
 impossible ones into a `ConfigError` naming the fix, on the driver, before anything starts.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from .errors import ConfigError
-from .hf_fields import refuse_unsupported
+from ..errors import ConfigError
+from .transformers_fields import refuse_unsupported
 
 # Fields whose command-line form is JSON text (transformers parses these the same way).
 JSON_DICT_FIELDS = ("resources_per_worker", "storage_options", "liger_kernel_config",
@@ -61,7 +61,7 @@ def normalise_hf_fields(args) -> None:
 
 
 def validate_hf_fields(args) -> None:
-    from .args import DDP_BACKENDS, HUB_STRATEGIES, MP_CONTEXTS, SAMPLING_STRATEGIES, TOKEN_COUNTS
+    from .training_args import DDP_BACKENDS, HUB_STRATEGIES, MP_CONTEXTS, SAMPLING_STRATEGIES, TOKEN_COUNTS
 
     refuse_unsupported(args)
     _one_of(args, "include_num_input_tokens_seen", TOKEN_COUNTS)

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 from transformers.optimization import Adafactor  # what optim="adafactor" means (transformers' Trainer)
 
-from raytrainer.args import OPTIMIZERS, SCHEDULERS, TrainingArguments
+from raytrainer.arguments.training_args import OPTIMIZERS, SCHEDULERS, TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.optim import create_optimizer, create_scheduler, get_decay_parameter_names
+from raytrainer.optimizers.builtin import create_optimizer, create_scheduler, get_decay_parameter_names
 
 
 class Block(nn.Module):
@@ -225,14 +225,14 @@ def test_missing_schedulefree_names_the_extra(monkeypatch):
         TrainingArguments(optim="schedule_free_adamw", lr_scheduler_type="constant")
     # Also where the optimizer is built (e.g. on a worker whose image lacks the package).
     monkeypatch.setitem(sys.modules, "schedulefree", None)  # makes `import schedulefree` raise ImportError
-    from raytrainer.optim import optimizer_class
+    from raytrainer.optimizers.builtin import optimizer_class
     with pytest.raises(ConfigError, match=re.escape('pip install "raytrainer[schedulefree]"')):
         optimizer_class("schedule_free_sgd")
 
 
 def test_train_and_eval_mode_helpers():
     pytest.importorskip("schedulefree")
-    from raytrainer.optim import optimizer_eval_mode, optimizer_train_mode
+    from raytrainer.optimizers.builtin import optimizer_eval_mode, optimizer_train_mode
 
     model = nn.Linear(2, 1)
     args = TrainingArguments(optim="schedule_free_adamw", lr_scheduler_type="constant", learning_rate=0.1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..storage import get_fs, join
+from . import get_fs, join
 from .integrity import CHUNK, Checksum
 from .retry import Retry
 

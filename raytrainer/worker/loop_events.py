@@ -1,4 +1,4 @@
-"""Where the loop fires its events (see `callbacks/events.py` for the list and order) and learns what to do.
+"""Where the loop fires its events (see `callbacks/event_names.py` for the list and order) and learns what to do.
 
 `fire(event)` on every rank:
   1. resets the control flags as HF does (each step starts without log/evaluate/save requests);

@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-from raytrainer.args import RAY_FIELDS, TrainingArguments
+from raytrainer.arguments.training_args import RAY_FIELDS, TrainingArguments
 from raytrainer.errors import ConfigError
 
 
@@ -20,12 +20,12 @@ DELIBERATE_DEFAULTS = {"log_level_replica": "error",  # N workers would repeat r
 
 def test_defaults_match_transformers():
     transformers = pytest.importorskip("transformers")
-    from raytrainer.hf_fields import field_default
+    from raytrainer.arguments.transformers_fields import field_default
 
     hf_cls = transformers.TrainingArguments
     hf_names = {f.name for f in dataclasses.fields(hf_cls)}
     ours = {f.name for f in dataclasses.fields(TrainingArguments)}
-    assert hf_names <= ours  # every transformers field is accepted (tests/test_hf_arguments.py: how)
+    assert hf_names <= ours  # every transformers field is accepted (tests/arguments/test_transformers_fields.py: how)
     for name in sorted(hf_names):
         expected = DELIBERATE_DEFAULTS.get(name, field_default(hf_cls, name))
         assert field_default(TrainingArguments, name) == expected, name

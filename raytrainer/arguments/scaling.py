@@ -13,7 +13,7 @@ import math
 from functools import reduce
 from typing import Any, Tuple, Union
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 Workers = Union[int, Tuple[int, int]]
 

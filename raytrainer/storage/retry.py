@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, TypeVar
 
 from ..errors import StorageError
-from ..storage import exception_chain, redact
+from . import exception_chain, redact
 
 T = TypeVar("T")
 

@@ -15,15 +15,15 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
-from .driver_view import DriverView
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..optimizers.builtin import check_optimizer
+from ..storage import absolute_if_local, join
 from .fsdp_config import normalise_config, parse_fsdp
-from .hf_args import normalise_hf_fields, validate_hf_fields
-from .hf_fields import HF_FIELDS, OURS_FIELDS
-from .optim import check_optimizer
+from .process_view import DriverView
 from .report_to import normalise_report_to
 from .scaling import bounds, check_elastic_batch, normalise_workers, parse_workers
-from .storage import absolute_if_local, join
+from .transformers_checks import normalise_hf_fields, validate_hf_fields
+from .transformers_fields import HF_FIELDS, OURS_FIELDS
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_free_adamw", "schedule_free_sgd",
@@ -42,7 +42,7 @@ DDP_BACKENDS = ("nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl")  # transf
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 TOKEN_COUNTS = ("all", "non_padding", "no")
 
-# Fields that are ours (not in transformers' TrainingArguments): hf_fields.OURS_FIELDS says what each is for.
+# Fields that are ours (not in transformers' TrainingArguments): transformers_fields.OURS_FIELDS says what each is for.
 RAY_FIELDS = tuple(OURS_FIELDS)
 
 
@@ -63,7 +63,7 @@ def default_logdir() -> str:
 
 
 def _refused(name: str, **kw) -> Any:
-    """A transformers field accepted at its default only; its help text says why (from hf_fields.py)."""
+    """A transformers field accepted at its default only; its help text says why (from transformers_fields.py)."""
     return field(metadata={"help": "Only the default is supported: " + HF_FIELDS[name][1]}, **kw)
 
 
@@ -248,7 +248,7 @@ class TrainingArguments(DriverView):
         "Extra optimizer arguments as 'key=value,key=value' (e.g. 'momentum=0.9,nesterov=True' for sgd, "
         "'r=0.5,weight_lr_power=2' for schedule_free_*).", default=None)
 
-    # --- transformers' remaining fields. What each does: hf_fields.py, docs/arguments.md ---
+    # --- transformers' remaining fields. What each does: transformers_fields.py, docs/arguments.md ---
     # Read by scripts only, as in transformers.
     do_train: bool = _help("Run training. Not read by the Trainer: for scripts (transformers' examples).",
                            default=False)
@@ -256,7 +256,7 @@ class TrainingArguments(DriverView):
                           default=False)
     do_predict: bool = _help("Run prediction on a test set. Not read by the Trainer.", default=False)
 
-    # Optimizer, kernels and model (raytrainer/optim.py, optimizers/ and strategy/prepare.py read them).
+    # Optimizer, kernels and model (optimizers/ and strategy/prepare.py read them).
     optim_target_modules: None | str | list[str] = _help(
         "Modules the optimizer targets (names or a regex), for the optimizers that need them.", default=None)
     use_liger_kernel: bool = _help("Apply Liger kernels to the model.", default=False)
@@ -322,7 +322,7 @@ class TrainingArguments(DriverView):
     ddp_backend: Optional[str] = _help("Accepted only as the backend Ray Train sets up: nccl on GPU workers, gloo "
                                        "on CPU ones.", choices=DDP_BACKENDS, default=None)
 
-    # The Hub: read only with push_to_hub (hub.py).
+    # The Hub: read only with push_to_hub (hub/push.py).
     hub_token: Optional[str] = _help("Hub token for push_to_hub; never printed.", default=None)
     hub_private_repo: Optional[bool] = _help("Make the Hub repository private (push_to_hub).", default=None)
     hub_model_id: Optional[str] = _help("Hub repository name (push_to_hub, model card).", default=None)

@@ -5,7 +5,7 @@
   `holders.take_idle`), else start a new one, after releasing the Trainer's last group and saying why
   (a warning, unless a group per call was asked for with worker_idle_timeout_s=0);
 - mark it busy while the job runs, so no other call takes or releases it (`holders.py`);
-- post the job and pump its events (`launcher.run_on_ray`); if the group's board closed (idle timeout) just
+- post the job and pump its events (`pump.run_on_ray`); if the group's board closed (idle timeout) just
   as the job was posted, take or start another group, once;
 - for train(): complete the start-up timeline preflight began (`startup.py`), log it at the first step and
   write it into the result's trainer state.
@@ -21,12 +21,12 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 from .. import transfer
+from ..arguments.scaling import bounds
 from ..protocol import JobKind
-from ..scaling import bounds
 from ..startup import Startup, Timeline, add_to_state_json
-from . import cluster, holders, launcher
+from . import cluster, holders, pump
 from .group import Spec, WorkerGroup
-from .launcher import TrainingError
+from .pump import TrainingError
 
 logger = logging.getLogger("raytrainer")
 
@@ -39,7 +39,7 @@ def run(trainer, packed, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
     kind, receive = JobKind(kind), receive or (lambda result: result)
     # train()'s start-up timeline, started by preflight (startup.py): logged at the first step, kept in the state
     startup = trainer.__dict__.pop("_startup", None) if kind is JobKind.TRAIN else None
-    handler = trainer.callback_handler if startup is None else launcher.WatchStartup(trainer.callback_handler,
+    handler = trainer.callback_handler if startup is None else pump.WatchStartup(trainer.callback_handler,
                                                                                        startup)
     if startup is not None:
         receive = _recording_startup(receive, handler)
@@ -48,23 +48,23 @@ def run(trainer, packed, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
         marks = Timeline()
         copy, job = transfer.unpack(packed.payload, packed.data)
         marks.mark("unpack")
-        return receive(launcher.run_in_process(copy, job, handler, use_gpu, startup=marks))
+        return receive(pump.run_in_process(copy, job, handler, use_gpu, startup=marks))
     for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
         group = worker_group(trainer, kind, datasets, use_gpu, startup)
         if startup is not None:
             startup.driver.mark("group")
         group.busy = True  # no other call takes or releases it meanwhile (holders.py)
         try:
-            result = launcher.run_on_ray(group, packed, handler, trainer.args.max_failures, receive, kind=kind,
+            result = pump.run_on_ray(group, packed, handler, trainer.args.max_failures, receive, kind=kind,
                                          startup=startup)
         finally:
             group.busy = False
-        if result is not launcher.NOT_POSTED:
+        if result is not pump.NOT_POSTED:
             return result
     raise TrainingError("The worker group closed twice as a job was posted to it.")
 
 
-def _recording_startup(receive: Callable[[Any], Any], handler: "launcher.WatchStartup") -> Callable[[Any], Any]:
+def _recording_startup(receive: Callable[[Any], Any], handler: "pump.WatchStartup") -> Callable[[Any], Any]:
     """`receive`, after the start-up timeline is logged (if the first step never came) and written into the
     result's trainer state (`trainer.state.startup`)."""
     def recorded(result):

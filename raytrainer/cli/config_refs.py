@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 BUILT = ("model", "train_dataset", "eval_dataset")  # called once on the driver; the result goes to the Trainer
 
@@ -104,7 +104,7 @@ def _check_kwargs(key: str, ref: str, target: Any, kwargs: dict, partial: bool) 
 
 def resolve(refs: TrainReferences) -> tuple[type, dict]:
     """(Trainer class, Trainer keyword arguments) from the references that are set."""
-    from .trainer import Trainer
+    from ..trainer import Trainer
 
     trainer_class, kwargs, build = Trainer, {}, []
     # Import and check every reference first: a typo in the last one fails before the model is built.

@@ -4,7 +4,7 @@ driver before any actor starts (principle 4)."""
 import pytest
 
 from raytrainer import ConfigError, Trainer, TrainingArguments
-from raytrainer.argparser import ArgumentParser
+from raytrainer.arguments.parser import ArgumentParser
 from tests.models import TokenData, make_model
 from tests.support import SESSION_CPUS
 

@@ -4,7 +4,7 @@
     different  accepted, with another meaning or default on a Ray run: the note says what and why
     refused    accepted at transformers' default; any other value is a ConfigError naming why and what to use
 
-`refuse_unsupported(args)` enforces the `refused` rows at construction, and `python -m raytrainer.hf_table
+`refuse_unsupported(args)` enforces the `refused` rows at construction, and `python -m raytrainer.arguments.docs_table
 docs/arguments.md` writes the table of docs/arguments.md from both classes (a test fails when the file and the
 classes disagree, or when transformers has a field that is not classified here). Pure data and the stdlib.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Tuple
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SAME, DIFFERENT, REFUSED, OURS = "same", "different", "refused", "ours"
 
@@ -29,11 +29,11 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "num_train_epochs": (SAME, ""),
     "max_steps": (SAME, ""),
     "learning_rate": (SAME, ""),
-    "lr_scheduler_type": (SAME, "The schedulers raytrainer/optim.py implements (args.SCHEDULERS); others are "
+    "lr_scheduler_type": (SAME, "The schedulers raytrainer/optimizers/ implements; others are "
                                 "refused."),
     "lr_scheduler_kwargs": (SAME, ""),
     "warmup_steps": (SAME, "An int number of steps, or a float in [0, 1) as a ratio."),
-    "optim": (SAME, "The optimizers raytrainer/optim.py implements (args.OPTIMIZERS); others are refused."),
+    "optim": (SAME, "The optimizers raytrainer/optimizers/ implements; others are refused."),
     "optim_args": (SAME, ""),
     "weight_decay": (SAME, "Not applied to biases and normalisation weights, as transformers."),
     "adam_beta1": (SAME, ""),

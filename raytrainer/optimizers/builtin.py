@@ -18,10 +18,10 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:  # for annotations only: TrainingArguments checks its optimizer with this module
-    from .args import TrainingArguments
+    from ..arguments.training_args import TrainingArguments
 
 # HF's rule (Trainer.get_decay_parameter_names): no weight decay on biases and normalisation weights.
 NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm)
@@ -199,7 +199,7 @@ def optim_kwargs(args: TrainingArguments, cls: type | None = None) -> dict:
 
 def check_optimizer(args: TrainingArguments) -> None:
     """At TrainingArguments construction: the optimizer's package is installed and optim_args fit it."""
-    from .optimizers import registry  # lazily: it imports this module
+    from . import registry  # lazily: it imports this module
 
     registry.check_args(args)  # Liger, and the optimizers of their own packages (GaLore, LOMO, ...)
     if registry.handles(args.optim):
@@ -217,7 +217,7 @@ def check_optimizer(args: TrainingArguments) -> None:
 
 
 def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
-    from .optimizers import registry
+    from . import registry
 
     if registry.handles(args.optim):
         return registry.create(model, args)

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from .storage import exists, join, read_text, write_text
+from ..storage import exists, join, read_text, write_text
 
 CARD_NAME = "README.md"
 TAG = "generated_from_trainer"
@@ -108,7 +108,7 @@ def _versions() -> List[str]:
     import ray
     import torch
 
-    from . import __version__
+    from .. import __version__
 
     lines = [f"- raytrainer {__version__}", f"- Ray {ray.__version__}", f"- Pytorch {torch.__version__}"]
     for name, label in (("transformers", "Transformers"), ("datasets", "Datasets"), ("tokenizers", "Tokenizers")):

@@ -7,12 +7,13 @@ import os
 import pytest
 
 from raytrainer import ConfigError, TrainingArguments
-from raytrainer.hf_fields import DIFFERENT, HF_FIELDS, OURS_FIELDS, REFUSED, SAME, field_default
-from raytrainer.hf_table import markdown_table, table_in
+from raytrainer.arguments.docs_table import markdown_table, table_in
+from raytrainer.arguments.transformers_fields import DIFFERENT, HF_FIELDS, OURS_FIELDS, REFUSED, SAME, field_default
+from tests.support import ROOT
 
 transformers = pytest.importorskip("transformers")
 
-DOCS = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "arguments.md")
+DOCS = os.path.join(ROOT, "docs", "arguments.md")
 HF_NAMES = [f.name for f in dataclasses.fields(transformers.TrainingArguments)]
 OUR_NAMES = {f.name for f in dataclasses.fields(TrainingArguments)}
 
@@ -21,8 +22,9 @@ def test_every_transformers_field_is_accepted_and_classified():
     unaccepted = [n for n in HF_NAMES if n not in OUR_NAMES]
     unclassified = [n for n in HF_NAMES if n not in HF_FIELDS]
     assert not unaccepted, f"transformers fields TrainingArguments does not accept: {unaccepted}"
-    assert not unclassified, f"transformers fields missing from raytrainer/hf_fields.py: {unclassified}"
-    assert set(HF_FIELDS) <= set(HF_NAMES), "hf_fields.py classifies fields transformers does not have"
+    assert not unclassified, ("transformers fields missing from raytrainer/arguments/transformers_fields.py: "
+                              f"{unclassified}")
+    assert set(HF_FIELDS) <= set(HF_NAMES), "transformers_fields.py classifies fields transformers does not have"
     assert {status for status, _ in HF_FIELDS.values()} <= {SAME, DIFFERENT, REFUSED}
     for name, (status, note) in HF_FIELDS.items():
         assert status == SAME or note, f"{name}: a {status} field needs a note saying why"
@@ -33,7 +35,7 @@ def test_docs_table_is_the_generated_one():
     with open(DOCS, encoding="utf-8") as f:
         documented = table_in(f.read())
     assert documented == markdown_table(), (
-        "docs/arguments.md's table is stale: run `python -m raytrainer.hf_table docs/arguments.md`")
+        "docs/arguments.md's table is stale: run `python -m raytrainer.arguments.docs_table docs/arguments.md`")
 
 
 def _other_value(name: str):

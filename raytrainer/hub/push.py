@@ -18,9 +18,9 @@ import os
 import tempfile
 from typing import Any, List, Optional
 
-from . import storage
-from .callbacks.base import TrainerCallback
-from .errors import ConfigError
+from .. import storage
+from ..callbacks.base import TrainerCallback
+from ..errors import ConfigError
 
 logger = logging.getLogger("raytrainer")
 

@@ -18,7 +18,7 @@ import uuid
 import fsspec
 from fsspec.core import split_protocol
 
-from .errors import StorageError
+from ..errors import StorageError
 
 S3_PROTOCOLS = ("s3", "s3a")
 # Stores without real directories: a "directory" is a key prefix, created by writing under it.

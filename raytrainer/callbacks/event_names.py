@@ -26,7 +26,7 @@ size differs from the previous group's.
 
 Every event reaches a driver callback exactly once whatever the world size: rank 0 reports the run's
 events (the other ranks report only their own figures, folded into `on_log`'s `rank_stats`). A control flag
-a callback sets or returns is applied by every rank at the same global step (see `worker/events.py`).
+a callback sets or returns is applied by every rank at the same global step (see `worker/loop_events.py`).
 """
 
 from __future__ import annotations
