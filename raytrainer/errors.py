@@ -11,3 +11,9 @@ class ConfigError(ValueError):
 
 class StorageError(ConfigError):
     """`output_dir` (or a checkpoint URL) cannot be reached, read or written."""
+
+
+def missing_package(package: str, extra: str, what: str) -> ConfigError:
+    """`what` needs an optional package: the error names the pip extra that installs it."""
+    return ConfigError(f"{what} needs the {package!r} package, which is not installed: "
+                       f'pip install "raytrainer[{extra}]".')

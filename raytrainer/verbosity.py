@@ -31,6 +31,13 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
            "critical": logging.CRITICAL}
 
 
+def notice(text: str) -> None:
+    """A line the user must see whatever the log levels: an outage being retried, a resume that fell back, a lease
+    taken over, a NaN loss. stderr, not logging: rank 0's level may be 'error' (log_level='passive'), and Ray
+    forwards a worker's stderr to the driver's console."""
+    print(f"[raytrainer] {text}", file=sys.stderr, flush=True)
+
+
 def verbose(args=None) -> bool:
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0") or getattr(args, "log_level", None) == "debug"
 

@@ -13,7 +13,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Union
 
-from ..errors import ConfigError
+from ..errors import ConfigError, missing_package
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,6 @@ def register_reporter(name: str, cls: type) -> None:
 
 def reporter_names() -> list:
     return sorted(set(BUILTIN) | set(REGISTERED))
-
-
-def missing_package(package: str, extra: str, what: str) -> ConfigError:
-    return ConfigError(f"{what} needs the {package!r} package, which is not installed: "
-                       f'pip install "raytrainer[{extra}]".')
 
 
 def _installed(name: str) -> bool:

@@ -21,7 +21,7 @@ import re
 import time
 import warnings
 
-from ..arguments.report_to import missing_package
+from ..errors import missing_package
 from .base import TrainerCallback
 from .reporters import rank_metrics
 

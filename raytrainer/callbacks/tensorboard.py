@@ -18,7 +18,7 @@ import time
 import warnings
 
 from .. import storage
-from ..arguments.report_to import missing_package
+from ..errors import missing_package
 from .base import TrainerCallback
 from .reporters import rank_metrics
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -28,6 +27,7 @@ from typing import Optional
 from ..errors import StorageError
 from ..storage import get_fs, is_local, is_object_store, join, local_path
 from ..storage.retry import Retry, StorageFatalError, StorageLostError, bucket_lost
+from ..verbosity import notice
 
 LEASE_NAME = ".raytrainer-lease.json"
 HEARTBEAT_S = 10.0
@@ -219,12 +219,12 @@ class Lease:
                 if record is None or record.get("run_id") != self.run_id:
                     self.lost = ("the lease is gone: the storage lost its data" if record is None else
                                  f"taken over by {describe(record)}")
-                    _notice(f"output_dir {self.output_dir}: this run's lease was lost ({self.lost}); the "
+                    notice(f"output_dir {self.output_dir}: this run's lease was lost ({self.lost}); the "
                             "workers stop at their next checkpoint commit")
                     return
                 store.refresh(token, {**record, "heartbeat": time.time()})
             except Exception as exc:  # noqa: BLE001 (an outage: the next beat tries again; stale takes 60 s)
-                _notice(f"could not refresh the lease under {self.output_dir} ({type(exc).__name__}); retrying")
+                notice(f"could not refresh the lease under {self.output_dir} ({type(exc).__name__}); retrying")
 
     def release(self):
         """Stop the heartbeat and delete the lease if it is still ours."""
@@ -238,7 +238,7 @@ class Lease:
             if record is not None and record.get("run_id") == self.run_id:
                 store.delete()
         except Exception as exc:  # noqa: BLE001 (a lease left behind goes stale; the run's result stands)
-            _notice(f"could not release the lease under {self.output_dir} ({type(exc).__name__}): the next run "
+            notice(f"could not release the lease under {self.output_dir} ({type(exc).__name__}): the next run "
                     f"takes it over once stale")
 
     def __enter__(self) -> "Lease":
@@ -270,7 +270,7 @@ def acquire(output_dir: str, run_id: str, storage_options: Optional[dict] = None
         take_over = lambda token=token: store.replace(token, _record(run_id))  # noqa: E731 (binds this token)
         if retry.call(take_over, store.url, "taking over a stale lease"):
             if "earlier run of this process" not in why:
-                _notice(f"took over output_dir {output_dir} from {describe(record)}: {why}")
+                notice(f"took over output_dir {output_dir} from {describe(record)}: {why}")
             return _started(Lease(output_dir, run_id, storage_options), heartbeat)
     raise LeaseHeldError(f"Could not take the lease of output_dir={output_dir!r}: other drivers keep taking it. "
                          "Run one driver per output_dir.")
@@ -304,5 +304,3 @@ def check_held(output_dir: str, run_id: str, storage_options: Optional[dict] = N
                              "replace each other's checkpoints.")
 
 
-def _notice(text: str) -> None:
-    print(f"[raytrainer] {text}", file=sys.stderr, flush=True)

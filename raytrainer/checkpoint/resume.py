@@ -8,12 +8,12 @@ console. A damaged checkpoint is never deleted (see listing.remove_partial); it 
 
 from __future__ import annotations
 
-import sys
 from typing import Optional, Union
 
 from ..errors import ConfigError
 from ..storage import absolute_if_local, basename, get_fs, join
 from ..storage.integrity import CheckpointDamagedError, algorithm_of, of_stream
+from ..verbosity import notice
 from .listing import checkpoint_dirs
 from .manifest import MANIFEST_NAME, list_files, read_manifest, size_problem
 
@@ -72,7 +72,7 @@ def _newest_intact(output_dir: str, storage_options: Optional[dict]) -> str:
         damage = verify(url, storage_options, manifest)
         if damage is None:
             if damaged:
-                _notice(f"resume_from_checkpoint=True: resuming from {basename(url)}, the newest intact checkpoint "
+                notice(f"resume_from_checkpoint=True: resuming from {basename(url)}, the newest intact checkpoint "
                         f"under {output_dir}, because " + "; ".join(f"{basename(d.ckpt_url)} is damaged "
                                                                      f"({d.name}: {d.problem})" for d in damaged)
                         + ". The damaged ones are left in place.")
@@ -86,5 +86,3 @@ def _newest_intact(output_dir: str, storage_options: Optional[dict]) -> str:
                       "without resuming, or point at a checkpoint.")
 
 
-def _notice(text: str) -> None:
-    print(f"[raytrainer] {text}", file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from ..arguments.scaling import bounds, normalise_workers
-from ..errors import ConfigError
+from ..errors import ConfigError, missing_package as package_missing
 from . import liger
 from .builtin import _convert, _param_groups, parse_optim_args
 
@@ -81,8 +81,7 @@ def missing_package(optim: str) -> Optional[ConfigError]:
     spec = SPECS[optim]
     for module in spec.modules:
         if importlib.util.find_spec(module) is None:
-            return ConfigError(f"optim={optim!r} needs the {PACKAGES[module]!r} package, which is not installed: "
-                               f'pip install "raytrainer[{spec.extra}]".')
+            return package_missing(PACKAGES[module], spec.extra, f"optim={optim!r}")
     return None
 
 

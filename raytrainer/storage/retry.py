@@ -10,12 +10,12 @@ time and the failure budget.
 from __future__ import annotations
 
 import errno
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, TypeVar
 
 from ..errors import StorageError
+from ..verbosity import notice
 from . import exception_chain, redact
 
 T = TypeVar("T")
@@ -128,14 +128,10 @@ class Retry:
                             "sets how long an outage is waited out.", self.storage_options)) from exc
                     raise
                 if not told:
-                    _notice(f"storage for {url} failed while {what} ({type(exc).__name__}); retrying for up "
+                    notice(f"storage for {url} failed while {what} ({type(exc).__name__}); retrying for up "
                             f"to {self.timeout_s:g} s (storage_retry_timeout_s)")
                     told = True
                 self.sleep(min(delay, remaining))
                 delay = min(delay * 2, _MAX_DELAY_S)
 
 
-def _notice(text: str) -> None:
-    # stderr, not logging: a worker's log level may hide warnings (log_level='passive'), and an outage
-    # that pauses the run must be visible on the driver's console.
-    print(f"[raytrainer] {text}", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import ConfigError
 from ..state import EvalPrediction
+from .host_arrays import concat_padded, to_numpy
 
 
 def check_compute_metrics(compute_metrics) -> None:
@@ -44,7 +45,7 @@ class BatchMetrics:
 
     def add(self, logits: Any, labels: Any):
         """This rank's batch of the current step (every rank calls it once per step it has a batch)."""
-        self._step(_host(logits), _host(labels), True)
+        self._step(to_numpy(logits), to_numpy(labels), True)
 
     def finish(self) -> dict:
         """After this rank's last batch: keep pairing the other ranks' steps until every rank is done. Returns
@@ -68,19 +69,11 @@ class BatchMetrics:
         return True
 
     def _call(self, batches: list, last: bool):
-        from .evaluation import concat_padded
-
         predictions = _tensors(concat_padded([b[0] for b in batches]))
         label_ids = _tensors(concat_padded([b[1] for b in batches]))
         result = self.compute(EvalPrediction(predictions=predictions, label_ids=label_ids), compute_result=last)
         if last:
             self.metrics = dict(result or {})
-
-
-def _host(value: Any) -> Any:
-    from .evaluation import _to_numpy
-
-    return _to_numpy(value)
 
 
 def _tensors(value: Any) -> Any:

@@ -19,46 +19,8 @@ from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.ray_batches import RayEvalLoader, interleave
 from ..state import EvalPrediction, PredictionOutput
 from .batch_metrics import BatchMetrics
+from .host_arrays import concat_padded, detached, to_numpy
 from .watchdog import current as current_watchdog
-
-PAD = -100
-
-
-def _detached(value: Any) -> Any:
-    if isinstance(value, (tuple, list)):
-        return type(value)(_detached(v) for v in value)
-    return value.detach() if isinstance(value, torch.Tensor) else value
-
-
-def _to_numpy(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_numpy(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        if value.dtype == torch.bfloat16:
-            value = value.float()
-        return value.numpy()
-    return value
-
-
-def concat_padded(parts: List[Any]) -> Any:
-    """Concatenate along the first axis, padding the second axis (sequence length) with -100."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    if isinstance(parts[0], (tuple, list)):
-        return type(parts[0])(concat_padded([p[i] for p in parts]) for i in range(len(parts[0])))
-    if parts[0].ndim < 2 or all(p.shape[1:] == parts[0].shape[1:] for p in parts):
-        return np.concatenate(parts, axis=0)
-    width = max(p.shape[1] for p in parts)
-    padded = []
-    for p in parts:
-        out = np.full((p.shape[0], width) + p.shape[2:], PAD, dtype=p.dtype)
-        out[:, :p.shape[1]] = p
-        padded.append(out)
-    return np.concatenate(padded, axis=0)
 
 
 def _batch_size(batch: dict) -> int:
@@ -86,7 +48,7 @@ class PredictionBuffer:
             self.move_to_host()
 
     def move_to_host(self):
-        self.host.extend((_to_numpy(p), _to_numpy(label)) for p, label in self.pending)
+        self.host.extend((to_numpy(p), to_numpy(label)) for p, label in self.pending)
         self.pending = []
 
     def concatenated(self):
@@ -140,7 +102,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         if batched is not None:
             batched.add(logits, label)
         if batched is None or keep_predictions:
-            buffer.add(_detached(logits), _detached(label))
+            buffer.add(detached(logits), detached(label))
         if on_step is not None:
             on_step("prediction_step")
     if interleaved and _sharded(trainer):

@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import torch
 
 from ..checkpoint.listing import checkpoint_name
+from ..verbosity import notice
 
 POLICIES = ("warn", "skip", "stop")
 
@@ -54,7 +54,7 @@ class NonFiniteGuard:
                 "that step's update, and nothing after it was saved. Resume from the newest checkpoint with a lower "
                 "learning_rate, max_grad_norm, bf16 instead of fp16, or check the data of that step.")
         self._first.fill_(-math.inf)  # reported here; a later save commits weights the skip kept finite
-        _notice(f"step {step}: the training loss is NaN/Inf; its optimizer step is skipped "
+        notice(f"WARNING: step {step}: the training loss is NaN/Inf; its optimizer step is skipped "
                 "(on_nonfinite_loss='skip').")
         return True
 
@@ -72,12 +72,11 @@ class NonFiniteGuard:
         if math.isinf(first) or not self.ctx.is_main:
             return
         if saving_step is not None:
-            _notice(f"{checkpoint_name(saving_step)} is saved after a NaN/Inf training loss at step {int(-first)}: its "
-                    "weights may be NaN/Inf. on_nonfinite_loss='skip' or 'stop' keeps such steps out of checkpoints.")
+            notice(f"WARNING: {checkpoint_name(saving_step)} is saved after a NaN/Inf training loss at step "
+                   f"{int(-first)}: its weights may be NaN/Inf. on_nonfinite_loss='skip' or 'stop' keeps such steps "
+                   "out of checkpoints.")
         else:
-            _notice(f"the training loss was NaN/Inf at step {int(-first)} (on_nonfinite_loss='warn' trains on).")
+            notice(f"WARNING: the training loss was NaN/Inf at step {int(-first)} (on_nonfinite_loss='warn' "
+                   "trains on).")
 
 
-def _notice(text: str) -> None:
-    # stderr, not logging: rank 0's log level may be 'error' (log_level='passive'), and this must be seen.
-    print(f"[raytrainer] WARNING: {text}", file=sys.stderr, flush=True)
