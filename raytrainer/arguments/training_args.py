@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from ..errors import ConfigError
 from ..optimizers.builtin import check_optimizer
+from ..optimizers.names import OPTIMIZERS, SCHEDULERS
 from ..storage import absolute_if_local, join
 from .fsdp_config import normalise_config, parse_fsdp
 from .process_view import DriverView
@@ -25,13 +26,6 @@ from .scaling import bounds, check_elastic_batch, normalise_workers, parse_worke
 from .transformers_checks import normalise_hf_fields, validate_hf_fields
 from .transformers_fields import HF_FIELDS, OURS_FIELDS
 
-SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "polynomial")
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", "schedule_free_adamw", "schedule_free_sgd",
-              "schedule_free_radam",
-              # their own packages (raytrainer/optimizers/): pip extras galore, apollo, lomo, grokadamw, stable-adamw
-              "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
-              "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "apollo_adamw", "apollo_adamw_layerwise",
-              "lomo", "adalomo", "grokadamw", "stable_adamw")
 INTERVALS = ("no", "steps", "epoch")
 SAVE_INTERVALS = ("no", "steps", "epoch", "best")
 STRATEGIES = ("ddp", "fsdp")

@@ -7,9 +7,10 @@ import torch
 from torch import nn
 from transformers.optimization import Adafactor  # what optim="adafactor" means (transformers' Trainer)
 
-from raytrainer.arguments.training_args import OPTIMIZERS, SCHEDULERS, TrainingArguments
+from raytrainer.arguments.training_args import TrainingArguments
 from raytrainer.errors import ConfigError
 from raytrainer.optimizers.builtin import create_optimizer, create_scheduler, get_decay_parameter_names
+from raytrainer.optimizers.names import OPTIMIZERS, SCHEDULERS
 
 
 class Block(nn.Module):

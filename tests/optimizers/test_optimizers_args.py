@@ -11,10 +11,11 @@ import warnings
 import pytest
 import torch
 
-from raytrainer.arguments.training_args import OPTIMIZERS, TrainingArguments
+from raytrainer.arguments.training_args import TrainingArguments
 from raytrainer.errors import ConfigError
 from raytrainer.optimizers import NAMES, apply_liger_kernel, check_run, fused_backward, is_fused_backward, registry
 from raytrainer.optimizers.builtin import create_optimizer, create_scheduler
+from raytrainer.optimizers.names import OPTIMIZERS
 from tests.hf_models import tiny_model
 
 TARGETS = ["q_proj", "v_proj"]
