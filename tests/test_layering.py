@@ -1,5 +1,6 @@
 """Lower layers never import upper ones: every import of a raytrainer module, at module level or inside a
-function, goes to a module of its own layer or of a layer below it.
+function, goes to a module of its own layer or of a layer below it. And no module imports itself back through
+others (no cycle), within a layer too.
 
 The layers are the table under "Layers: lower never imports upper" in docs/design.md (its first two columns:
 the layer, and its modules in backticks, a folder written `name/`): the page is the one source, so the page
@@ -80,15 +81,30 @@ def layer_index(module: str, layers) -> int | None:
     return None
 
 
-def imports(path: str, module: str, modules: dict) -> list[tuple[int, str]]:
+def _type_checking_only(tree: ast.AST) -> set:
+    """The nodes under `if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): imports that no process runs."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (getattr(node.test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(node.test, "attr", None) == "TYPE_CHECKING"):
+            for child in node.body:
+                out.update(id(n) for n in ast.walk(child))
+    return out
+
+
+def imports(path: str, module: str, modules: dict, type_checking: bool = True) -> list[tuple[int, str]]:
     """(line, imported raytrainer module) for every import in the file, wherever it stands. `from . import x`
-    counts as importing the module x when x is one, else the package."""
+    counts as importing the module x when x is one, else the package. `type_checking=False` leaves out the
+    imports under `if TYPE_CHECKING:`."""
     is_package = path.endswith("__init__.py")
     package = module if is_package else module.rpartition(".")[0]
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
+    skipped = set() if type_checking else _type_checking_only(tree)
     out = []
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -102,6 +118,54 @@ def imports(path: str, module: str, modules: dict) -> list[tuple[int, str]]:
                 submodule = f"{target}.{alias.name}"
                 out.append((node.lineno, submodule if submodule in modules else target))
     return sorted((line, name) for line, name in out if name == PACKAGE or name.startswith(PACKAGE + "."))
+
+
+def import_cycles(graph: dict) -> list[list[str]]:
+    """Every group of modules that import each other, directly or through others (the strongly connected
+    components of more than one module, Tarjan's algorithm), each as one cycle through it: [a, b, ..., a]."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(set(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_one_cycle(graph, group) for group in groups]
+
+
+def _one_cycle(graph: dict, group: set) -> list[str]:
+    """A shortest path from the group's first module back to itself, through the group (breadth first)."""
+    start = min(group)
+    paths = {nxt: [start, nxt] for nxt in sorted(graph[start] & group)}
+    queue = list(paths)
+    while queue:
+        node = queue.pop(0)
+        if node == start:
+            return paths[node]
+        for nxt in sorted(graph[node] & group):
+            if nxt not in paths:
+                paths[nxt] = paths[node] + [nxt]
+                queue.append(nxt)
+    return sorted(group)  # unreachable for a strongly connected group
 
 
 def test_the_table_names_every_module_once():
@@ -139,6 +203,33 @@ def test_no_module_imports_a_higher_layer():
     assert not found, "upward imports (see the layers in docs/design.md):\n" + "\n".join(found)
     stale = sorted(KNOWN_EXCEPTIONS - used)
     assert not stale, f"KNOWN_EXCEPTIONS lists imports that are gone; remove them: {stale}"
+
+
+def test_no_import_cycle():
+    """No module imports itself back, directly or through others, also through imports inside functions: a
+    cycle makes the import order decide what exists, and a lazy import inside a function is how one hides. An
+    import under `if TYPE_CHECKING:` runs in no process and is left out."""
+    modules = package_modules()
+    graph = {module: {target for _, target in imports(path, module, modules, type_checking=False)} - {module}
+             for module, path in modules.items()}
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles (break each by moving what both need into a module both import):\n" + \
+        "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path):
+    """The check itself: a -> b at module level and b -> a inside a function is a cycle; a -> c alone is not;
+    a TYPE_CHECKING import back is not."""
+    package = tmp_path / PACKAGE / "pkg"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text("from . import b\nfrom .c import thing\n")
+    (package / "b.py").write_text("def f():\n    from .a import x\n    return x\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n")
+    modules = {f"{PACKAGE}.pkg.{name}": str(package / f"{name}.py") for name in "abc"}
+    graph = {m: {t for _, t in imports(p, m, modules, type_checking=False)} for m, p in modules.items()}
+    assert import_cycles(graph) == [[f"{PACKAGE}.pkg.a", f"{PACKAGE}.pkg.b", f"{PACKAGE}.pkg.a"]]
+    graph[f"{PACKAGE}.pkg.b"] = set()
+    assert import_cycles(graph) == []
 
 
 def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
