@@ -27,8 +27,12 @@ import warnings
 from typing import Optional
 
 VERBOSE_ENV = "RAYTRAINER_VERBOSE"
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
-           "critical": logging.CRITICAL}
+# The log levels by transformers' names, the values of `log_level` and `log_level_replica`: logging's numbers, and
+# 'passive' (-1, transformers' value), which leaves a logger at the level it already has. The one table:
+# arguments/choices.py and arguments/process_view.py read it.
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
+              "critical": logging.CRITICAL, "passive": -1}
+PASSIVE = "passive"
 
 
 def notice(text: str) -> None:
@@ -143,7 +147,7 @@ def worker_level(args, rank: int, driver_ran_model: bool) -> str:
         return "debug"
     if rank != 0:
         return args.log_level_replica
-    if args.log_level == "passive":
+    if args.log_level == PASSIVE:
         return "error" if driver_ran_model else "warning"
     return args.log_level
 
@@ -151,17 +155,17 @@ def worker_level(args, rank: int, driver_ran_model: bool) -> str:
 def configure_worker(level: Optional[str]):
     """Apply a worker's level to Python logging, warnings, and transformers when it is in use."""
     quiet_credential_loggers()  # also with level None/passive: a user's root logger at DEBUG must not leak them
-    if level is None or level == "passive":
+    if level is None or level == PASSIVE:
         return
-    number = _LEVELS[level]
+    number = LOG_LEVELS[level]
     logging.getLogger().setLevel(number)
     # Ray Data sets its own logger to INFO: a worker reading an evaluation dataset would print its plans.
     logging.getLogger("ray.data").setLevel(max(number, logging.WARNING) if number > logging.DEBUG else number)
     if number > logging.WARNING:
         warnings.simplefilter("ignore")
     if "transformers" not in sys.modules:
-        # Not imported (yet): importing it here cost each worker 1.4-2 s of start-up (startup.py's "unpack").
-        # transformers reads these when a later import (a model_init, say) brings it in.
+        # Not imported (yet): importing it here would lengthen each worker's start-up (startup.py's
+        # "unpack" phase). transformers reads these when a later import (a model_init, say) brings it in.
         os.environ["TRANSFORMERS_VERBOSITY"] = level
         if number > logging.DEBUG:
             os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"

@@ -1,6 +1,7 @@
 """Hugging Face's `fsdp` / `fsdp_config` arguments, checked and reduced to the few options FSDP2 has.
 
-Pure Python (no torch import): `TrainingArguments` validates these at construction, on the driver.
+Pure Python (no torch import): `TrainingArguments` normalises these at construction, on the driver
+(arguments/normalise.py), into the dict `strategy/fsdp.py` reads.
 
     fsdp="full_shard auto_wrap"          -> strategy "fsdp", reshard after forward (ZeRO-3)
     fsdp="shard_grad_op auto_wrap"       -> strategy "fsdp", keep parameters unsharded after forward (ZeRO-2)
@@ -13,12 +14,12 @@ Pure Python (no torch import): `TrainingArguments` validates these at constructi
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import ConfigError
+from .json_text import parse_json_object
 
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "offload", "auto_wrap")
 # Keys we act on, in transformers' spelling; accelerate's config files prefix them with "fsdp_" and name a few
@@ -44,6 +45,9 @@ SHARDING = {"FULL_SHARD": True, "1": True, "SHARD_GRAD_OP": False, "2": False}
 # FSDP1 options that FSDP2 does not have; transformers ignores them too under FSDP2 (with version 2).
 FSDP1_ONLY = ("backward_prefetch", "forward_prefetch", "use_orig_params", "sync_module_states",
               "limit_all_gathers")
+# What a bad fsdp_config text should have been (json_text's message ends "write <this>.").
+CONFIG_EXAMPLE = ("a JSON object such as '{\"transformer_layer_cls_to_wrap\": [\"GPT2Block\"]}', or the path of a "
+                  "JSON file")
 
 
 def parse_fsdp(value: Any) -> list:
@@ -75,7 +79,7 @@ def normalise_config(config: Any, fsdp_options: list) -> dict:
             out.setdefault("reshard_after_forward", _sharding(key, value))
         elif name in FSDP1_ONLY:
             warnings.warn(f"fsdp_config[{key!r}] is an FSDP1 option that FSDP2 does not have: ignored, as "
-                          "transformers does under FSDP2.", stacklevel=4)
+                          "transformers does under FSDP2.", stacklevel=6)  # the user's TrainingArguments(...)
         elif name in FIXED:
             if _plain(value) not in FIXED[name]:
                 raise ConfigError(f"fsdp_config[{key!r}]={value!r} is not supported: {WHY_FIXED[name]}.")
@@ -113,18 +117,18 @@ def normalise_config(config: Any, fsdp_options: list) -> dict:
 
 
 def _as_dict(config: Any) -> dict:
+    if isinstance(config, str):
+        if os.path.isfile(config):
+            try:
+                with open(config, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ConfigError(f"fsdp_config={config!r}: the file cannot be read ({exc}).") from None
+            config = parse_json_object(text, "fsdp_config", example=CONFIG_EXAMPLE, shown=f"{config!r} (a file)")
+        else:
+            config = parse_json_object(config, "fsdp_config", example=CONFIG_EXAMPLE)
     if config is None:
         return {}
-    if isinstance(config, str):
-        try:
-            if os.path.isfile(config):
-                with open(config) as f:
-                    config = json.load(f)
-            else:
-                config = json.loads(config)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"fsdp_config={config!r} is neither a JSON file nor a JSON object ({exc}).") \
-                from None
     if not isinstance(config, dict):
         raise ConfigError(f"fsdp_config={config!r} must be a dict (or a JSON file / JSON object).")
     return config
@@ -145,6 +149,3 @@ def _sharding(key: str, value: Any) -> bool:
                           "for no sharding use strategy='ddp'.")
     return SHARDING[text]
 
-
-def wrap_classes(config: Optional[dict]) -> Optional[list]:
-    return (config or {}).get("transformer_layer_cls_to_wrap")

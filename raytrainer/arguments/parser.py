@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 import yaml
 
 from ..errors import ConfigError
+from .json_text import parse_json_object
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -47,16 +48,14 @@ def int_or_float(value: Any) -> Union[int, float]:
         return float(value)
 
 
-def json_dict(value: Any) -> dict:
+def json_dict(value: Any) -> Optional[dict]:
+    """A dict option's JSON text (json_text.py's parser; blank text is unset). A bad one is a usage error."""
     if isinstance(value, dict):
         return value
     try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"power\": 2.0}}': {e}") from None
-    if not isinstance(parsed, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
-    return parsed
+        return parse_json_object(value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def str_or_bool(value: Any) -> Union[str, bool]:

@@ -1,5 +1,5 @@
-"""transformers' process properties of `TrainingArguments` (`should_log`, `process_index`, `device`, ...),
-answered for a run whose training processes are Ray workers.
+"""`DriverView`, the mixin of `TrainingArguments` that holds transformers' process properties (`should_log`,
+`process_index`, `device`, ...), answered for a run whose training processes are Ray workers.
 
 transformers' scripts ask them in the process that trains. Here the script runs in the driver, which trains
 nothing: it is the run's main process (process_index 0, should_log and should_save True, and
@@ -17,9 +17,7 @@ import os
 from datetime import timedelta
 from typing import Any, Dict
 
-# transformers' log level names; 'passive' keeps the level the transformers logger already has.
-TRAINER_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-                      "error": logging.ERROR, "critical": logging.CRITICAL, "passive": -1}
+from ..verbosity import LOG_LEVELS, PASSIVE
 
 
 def _group():
@@ -72,9 +70,8 @@ class DriverView:
         """log_level for the main process, log_level_replica for the others; 'passive' is the level the
         transformers logger has (WARNING when transformers is not installed), as in transformers."""
         name = self.log_level if self.should_log else self.log_level_replica
-        level = TRAINER_LOG_LEVELS[name]
-        if level != -1:
-            return level
+        if name != PASSIVE:
+            return LOG_LEVELS[name]
         try:
             from transformers.utils import logging as hf_logging
         except ImportError:

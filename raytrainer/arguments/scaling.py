@@ -1,4 +1,6 @@
-"""`num_workers`: a fixed count, or an elastic `(min, max)` range handed to Ray Train V2's ScalingConfig.
+"""`num_workers`: a fixed count, or an elastic `(min, max)` range handed to Ray Train V2's ScalingConfig; its
+spellings (parse_workers, NumWorkers for the argument parsers), its one form (normalise_workers) and the check
+of an elastic range's global batch.
 
 An elastic run may train at any world size in [min, max], and changes size only at a restart. Its global
 batch is fixed once, as per_device_train_batch_size x gradient_accumulation_steps x max (the full size):
@@ -31,6 +33,15 @@ def parse_workers(value: Any) -> Workers:
     if len(numbers) == 1 and "," not in text:
         return numbers[0]
     return tuple(numbers)
+
+
+class NumWorkers(tuple):
+    """num_workers as the command line writes it, "2" or "1,4". Argument parsers (ours and transformers'
+    HfArgumentParser) convert a field's text by calling the class its annotation names: this one returns an
+    int or a (min, max) tuple, which TrainingArguments then normalises and checks."""
+
+    def __new__(cls, text: Any):
+        return parse_workers(text)
 
 
 def normalise_workers(value: Any) -> Workers:

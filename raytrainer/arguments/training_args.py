@@ -1,64 +1,31 @@
 """`TrainingArguments`: Hugging Face names, defaults and meanings, plus the few fields a Ray run needs.
 
-Every inconsistent value is rejected at construction (`__post_init__`) with a `ConfigError` naming the
-field and the fix, so a bad script fails in the driver in milliseconds, not minutes later in an actor.
+This module holds the declarations (each field with its help text), the derived values and `to_dict`/`__repr__`.
+At construction (`__post_init__`) every accepted spelling is brought to one form (normalise.py), then every
+inconsistent value is rejected by the checks (checks.py, whose `TOPICS` say which check owns which field) with a
+`ConfigError` naming the field and the fix, so a bad script fails in the driver in milliseconds, not minutes later
+in an actor.
+
+A new field: declare it here (with `_ours(...)` when transformers has no such field: its help text is also its
+note in docs/arguments.md), put it in a topic of checks.py, normalise its spellings in normalise.py if it has
+several, and regenerate docs/arguments.md (`python -m raytrainer.arguments.docs_table docs/arguments.md`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import math
-import os
-import socket
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
-from ..errors import ConfigError
-from ..optimizers.builtin import check_optimizer
-from ..optimizers.names import OPTIMIZERS, SCHEDULERS
-from ..storage import absolute_if_local, join
-from .fsdp_config import normalise_config, parse_fsdp
+from ..optimizers import OPTIMIZERS, SCHEDULERS
+from .checks import TOPICS
+from .choices import DDP_BACKENDS, HUB_STRATEGIES, LOG_LEVELS, MP_CONTEXTS, SAMPLING_STRATEGIES, STRATEGIES
+from .normalise import normalise
 from .process_view import DriverView
-from .report_to import normalise_report_to
-from .scaling import bounds, check_elastic_batch, normalise_workers, parse_workers
-from .transformers_checks import normalise_hf_fields, validate_hf_fields
-from .transformers_fields import HF_FIELDS, OURS_FIELDS
-
-INTERVALS = ("no", "steps", "epoch")
-SAVE_INTERVALS = ("no", "steps", "epoch", "best")
-STRATEGIES = ("ddp", "fsdp")
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
-SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance")  # transformers' choices
-MP_CONTEXTS = ("fork", "spawn", "forkserver")
-DDP_BACKENDS = ("nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl")  # transformers' choices
-HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
-TOKEN_COUNTS = ("all", "non_padding", "no")
-
-# Fields that are ours (not in transformers' TrainingArguments): transformers_fields.OURS_FIELDS says what each is for.
-RAY_FIELDS = tuple(OURS_FIELDS)
-
-
-class NumWorkers(tuple):
-    """num_workers as the command line writes it, "2" or "1,4". Argument parsers (ours and transformers'
-    HfArgumentParser) convert a field's text by calling the class its annotation names: this one returns an
-    int or a (min, max) tuple, which __post_init__ then checks."""
-
-    def __new__(cls, text: Any):
-        return parse_workers(text)
-
-
-def default_logdir() -> str:
-    """HF's (and torch's) TensorBoard default, relative to output_dir: runs/<Mon-dd_HH-MM-SS>_<host>."""
-    from datetime import datetime
-
-    return "runs/" + datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname()
-
-
-def _refused(name: str, **kw) -> Any:
-    """A transformers field accepted at its default only; its help text says why (from transformers_fields.py)."""
-    return field(metadata={"help": "Only the default is supported: " + HF_FIELDS[name][1]}, **kw)
+from .scaling import NumWorkers, bounds
+from .transformers_fields import HF_FIELDS
 
 
 def _help(text: str, *, choices=None, nargs=None, const=None, **kw) -> Any:
@@ -66,6 +33,22 @@ def _help(text: str, *, choices=None, nargs=None, const=None, **kw) -> Any:
     transformers' `HfArgumentParser` passes a field's metadata to `add_argument` unchanged."""
     extra = {k: v for k, v in (("choices", choices), ("nargs", nargs), ("const", const)) if v is not None}
     return field(metadata={"help": text, **extra}, **kw)
+
+
+_OURS: list = []  # the fields declared with _ours(), named by @dataclass when it builds the class
+
+
+def _ours(text: str, **kw) -> Any:
+    """One of our own fields (transformers' TrainingArguments has no such field). Its help text is its one
+    description: `OURS_FIELDS` below, docs/arguments.md's note."""
+    declared = _help(text, **kw)
+    _OURS.append(declared)
+    return declared
+
+
+def _refused(name: str, **kw) -> Any:
+    """A transformers field accepted at its default only; its help text says why (from transformers_fields.py)."""
+    return field(metadata={"help": "Only the default is supported: " + HF_FIELDS[name][1]}, **kw)
 
 
 # Unions are written with `|` and in transformers' member order: HfArgumentParser picks the command-line type by
@@ -175,57 +158,57 @@ class TrainingArguments(DriverView):
         "activation_checkpointing. A dict, JSON text or a JSON file path.", default=None)
 
     # --- distributed (ours) ---
-    num_workers: int | NumWorkers | Tuple[int, int] | str = _help(
+    num_workers: int | NumWorkers | Tuple[int, int] | str = _ours(
         "Training workers (one per GPU or CPU slot). 0 runs in the driver process, for debugging and notebooks. "
         "(min, max), or 'MIN,MAX' on the command line: an elastic run that starts once min workers can be placed "
         "and changes size at restarts, keeping the global batch of max workers.", default=1)
-    elastic_resize_monitor_interval_s: float = _help(
+    elastic_resize_monitor_interval_s: float = _ours(
         "Elastic runs: how often Ray Train checks, while training is healthy, whether more workers fit; if so it "
         "restarts the group at the larger size from the newest committed checkpoint.", default=60.0)
-    use_gpu: Optional[bool] = _help("One GPU per worker. Default: use GPUs when the cluster has them.",
+    use_gpu: Optional[bool] = _ours("One GPU per worker. Default: use GPUs when the cluster has them.",
                                     default=None)
-    resources_per_worker: dict | str | None = _help(
+    resources_per_worker: dict | str | None = _ours(
         "Ray resources per worker, e.g. {'CPU': 4, 'GPU': 1} (JSON text on the command line).", default=None)
-    strategy: str = _help(f"Parallelism: one of {', '.join(STRATEGIES)} (fsdp: FSDP2, sharded checkpoints).",
+    strategy: str = _ours(f"Parallelism: one of {', '.join(STRATEGIES)} (fsdp: FSDP2, sharded checkpoints).",
                           default="ddp")
-    max_failures: int = _help("Worker-group restarts Ray Train may attempt from the newest committed "
+    max_failures: int = _ours("Worker-group restarts Ray Train may attempt from the newest committed "
                               "checkpoint (-1: unlimited). A lost node is a failure.", default=0)
-    max_preemptions: int = _help("Restarts after a preemption (a worker got SIGTERM, or Ray drains its node): "
+    max_preemptions: int = _ours("Restarts after a preemption (a worker got SIGTERM, or Ray drains its node): "
                                  "checkpointed at the next step, counted apart from max_failures (-1: unlimited).",
                                  default=-1)
-    worker_idle_timeout_s: float = _help(
+    worker_idle_timeout_s: float = _ours(
         "The worker group started by the first call is kept for the next train()/evaluate()/predict() and "
         "released after this many seconds without one (or by trainer.close()); 0 releases it after each call.",
         default=300.0)
-    ray_address: Optional[str] = _help("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
+    ray_address: Optional[str] = _ours("Ray cluster to use. Default: RAY_ADDRESS or a running cluster, else "
                                        "an embedded local Ray.", default=None)
-    storage_options: dict | str | None = _help(
+    storage_options: dict | str | None = _ours(
         "fsspec options for output_dir (e.g. S3 endpoint_url, key; JSON text on the command line). Never logged "
         "or saved.", default=None)
-    save_async: bool = _help("Write checkpoints in the background while training continues.", default=True)
-    allow_local_output_dir_on_multinode: bool = _help(
+    save_async: bool = _ours("Write checkpoints in the background while training continues.", default=True)
+    allow_local_output_dir_on_multinode: bool = _ours(
         "Accept a local output_dir on a multi-node cluster (only if that path is shared storage, e.g. NFS).",
         default=False)
-    storage_retry_timeout_s: float = _help(
+    storage_retry_timeout_s: float = _ours(
         "How long a transient storage error (connection refused or reset, timeout, S3 5xx) is retried, with "
         "backoff, before it counts as a failure. No space or permission denied fail at once.", default=120.0)
-    on_nonfinite_loss: str = _help(
+    on_nonfinite_loss: str = _ours(
         "A NaN/Inf training loss: 'warn' (train on, as transformers; a warning names the step, also when a "
         "checkpoint is saved after it), 'skip' (warn and skip that optimizer step), 'stop' (fail the run at that "
         "step, nothing saved after it).", default="warn")
-    hang_warning_s: float = _help(
+    hang_warning_s: float = _ours(
         "A worker that makes no progress this long (a callback, a collective, data loading, a save that does not "
         "return) is named on the console with its rank, phase and line; repeated every as long. 0: off.",
         default=300.0)
-    hang_timeout_s: float = _help(
+    hang_timeout_s: float = _ours(
         "After this long without progress the stalled worker exits: Ray Train restarts the group from the newest "
         "committed checkpoint, one failure against max_failures (num_workers=0: a warning only). 0: off.",
         default=1800.0)
-    peak_flops_per_device: Optional[float] = _help(  # the throughput keys (worker/throughput.py)
+    peak_flops_per_device: Optional[float] = _ours(  # the throughput keys (worker/throughput.py)
         "Peak FLOP/s of one worker's device, for the train_mfu_percent log key (e.g. 989e12 for an H100 SXM in "
         "bf16). Default: known GPUs from a table; no MFU key on CPU or an unknown GPU.", default=None)
 
-    callback_decisions: str = _help(
+    callback_decisions: str = _ours(
         "When a driver callback's decision (stop, save, log, evaluate) in on_step_end or on_log takes effect: "
         "'same_step' (as transformers: each such step waits for the driver's answer) or 'next_step' (training "
         "goes on; every rank applies the answer at the next step's on_step_end, or at the epoch's last step). "
@@ -235,8 +218,9 @@ class TrainingArguments(DriverView):
     report_to: None | str | list[str] = _help(
         "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow' "
         "and those added with register_reporter().", default="none")
-    logging_dir: Optional[str] = _help(
-        "TensorBoard log directory, local or a URL (s3://...). Default: TENSORBOARD_LOGGING_DIR, else "
+    logging_dir: Optional[str] = _ours(
+        "TensorBoard log directory, local or a URL (s3://...): transformers 4's name, kept for scripts "
+        "(transformers 5 reads TENSORBOARD_LOGGING_DIR). Default: TENSORBOARD_LOGGING_DIR, else "
         "<output_dir>/runs/<time>_<host>.", default=None)
     optim_args: Optional[str] = _help(
         "Extra optimizer arguments as 'key=value,key=value' (e.g. 'momentum=0.9,nesterov=True' for sgd, "
@@ -301,7 +285,7 @@ class TrainingArguments(DriverView):
         choices=SAMPLING_STRATEGIES, default="random")
     length_column_name: str = _help("Column of precomputed lengths for group_by_length (else the lengths of the "
                                     "model's main input).", default="length")
-    group_by_length: bool = _help("transformers 4's spelling of train_sampling_strategy='group_by_length'.",
+    group_by_length: bool = _ours("transformers 4's spelling of train_sampling_strategy='group_by_length'.",
                                   default=False)
 
     # Devices and DDP.
@@ -325,9 +309,10 @@ class TrainingArguments(DriverView):
     hub_always_push: bool = _help("push_to_hub: push even when the previous push is not finished.", default=False)
     hub_revision: Optional[str] = _help("push_to_hub: the branch, tag or commit to push to.", default=None)
 
-    # Accepted at transformers' default only: any other value is a ConfigError saying why and what to use.
     push_to_hub: bool = _help("Push the saved model (and checkpoints, per hub_strategy) to the Hugging Face Hub "
                               "from the driver.", default=False)
+
+    # Accepted at transformers' default only: any other value is a ConfigError saying why and what to use.
     bf16_full_eval: bool = _refused("bf16_full_eval", default=False)
     fp16_full_eval: bool = _refused("fp16_full_eval", default=False)
     auto_find_batch_size: bool = _refused("auto_find_batch_size", default=False)
@@ -347,179 +332,9 @@ class TrainingArguments(DriverView):
     local_rank: int = _refused("local_rank", default=-1)
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, enum.Enum) and isinstance(value.value, str):
-                # transformers' choices are enums there (IntervalStrategy.STEPS == "steps"), strings here
-                setattr(self, f.name, value.value)
-        if self.output_dir is None:
-            self.output_dir = "trainer_output"
-        self.output_dir = str(self.output_dir)  # a Path would collapse 's3://' to 's3:/'
-        # Workers run in another directory (Ray's session folder): resolve local paths where the user is.
-        self.output_dir = absolute_if_local(self.output_dir)
-        if isinstance(self.resume_from_checkpoint, str):
-            self.resume_from_checkpoint = absolute_if_local(self.resume_from_checkpoint)
-        normalise_hf_fields(self)  # transformers' spellings and aliases first: the checks below see one form
-        if isinstance(self.lr_scheduler_kwargs, str):
-            try:
-                self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"lr_scheduler_kwargs={self.lr_scheduler_kwargs!r} is not valid JSON ({e}); "
-                                  "write a JSON object such as '{\"num_cycles\": 1.0}'.") from None
-        if self.lr_scheduler_kwargs is not None and not isinstance(self.lr_scheduler_kwargs, dict):
-            raise ConfigError(f"lr_scheduler_kwargs={self.lr_scheduler_kwargs!r} must be a dict (or a JSON object).")
-        if isinstance(self.label_names, str):
-            self.label_names = [self.label_names]
-        self._resolve_reporting()
-        self._normalise_precision_and_fsdp()
-        if self.eval_steps is None and self.eval_strategy == "steps":
-            self.eval_steps = self.logging_steps
-        # HF's order: default the metric first, then derive greater_is_better only if the user left it unset.
-        if self.load_best_model_at_end and self.metric_for_best_model is None:
-            self.metric_for_best_model = "loss"
-        if self.greater_is_better is None and self.metric_for_best_model is not None:
-            self.greater_is_better = not self.metric_for_best_model.endswith("loss")
-        self._validate()
-        validate_hf_fields(self)
-
-    def _normalise_precision_and_fsdp(self):
-        if self.bf16 and self.fp16:
-            raise ConfigError("bf16=True and fp16=True: choose one precision (bf16 on CPUs and Ampere+ GPUs).")
-        if isinstance(self.gradient_checkpointing_kwargs, str):
-            try:
-                self.gradient_checkpointing_kwargs = json.loads(self.gradient_checkpointing_kwargs or "null")
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"gradient_checkpointing_kwargs={self.gradient_checkpointing_kwargs!r} is not "
-                                  f"valid JSON ({e}); write e.g. '{{\"use_reentrant\": false}}'.") from None
-        if self.gradient_checkpointing_kwargs is not None and not isinstance(self.gradient_checkpointing_kwargs,
-                                                                             dict):
-            raise ConfigError(f"gradient_checkpointing_kwargs={self.gradient_checkpointing_kwargs!r} must be a "
-                              "dict, e.g. {'use_reentrant': False}.")
-        if self.torch_compile_backend is not None or self.torch_compile_mode is not None:
-            self.torch_compile = True  # as HF: naming a backend or mode turns compilation on
-        if self.torch_compile and self.torch_compile_backend is None:
-            self.torch_compile_backend = "inductor"
-        options = parse_fsdp(self.fsdp)
-        if options:
-            self.strategy = "fsdp"  # HF's switch maps onto our strategy
-        if self.fsdp_config is not None and self.strategy != "fsdp":
-            raise ConfigError("fsdp_config is set but FSDP is off: set strategy='fsdp' (or fsdp='full_shard "
-                              "auto_wrap'), or drop fsdp_config.")
-        if self.strategy == "fsdp":
-            self.fsdp_config = normalise_config(self.fsdp_config, options)
-
-    # ------------------------------------------------------------------ validation
-    def _validate(self):
-        positive = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                    "learning_rate")
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ConfigError(f"{name}={value!r} must be a positive number.")
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if int(getattr(self, name)) != getattr(self, name):
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be an integer.")
-        for name in ("weight_decay", "adam_epsilon", "max_grad_norm", "dataloader_num_workers"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0.")
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be in [0, 1).")
-        if self.max_steps <= 0 and not self.num_train_epochs > 0:
-            raise ConfigError(f"num_train_epochs={self.num_train_epochs!r} must be > 0 unless max_steps > 0.")
-        if int(self.max_steps) != self.max_steps:
-            raise ConfigError(f"max_steps={self.max_steps!r} must be an integer (-1 to train by epochs).")
-        self._one_of("optim", OPTIMIZERS)
-        check_optimizer(self)
-        self._one_of("lr_scheduler_type", SCHEDULERS)
-        self._one_of("logging_strategy", INTERVALS)
-        self._one_of("eval_strategy", INTERVALS)
-        self._one_of("save_strategy", SAVE_INTERVALS)
-        self._one_of("strategy", STRATEGIES)
-        if self.warmup_steps < 0 or (isinstance(self.warmup_steps, float) and not self.warmup_steps.is_integer()
-                                     and self.warmup_steps >= 1):
-            raise ConfigError(f"warmup_steps={self.warmup_steps!r}: use an int number of steps or a float in "
-                              "[0, 1) as a ratio of the total steps.")
-        for name, strategy in (("logging_steps", self.logging_strategy), ("eval_steps", self.eval_strategy),
-                               ("save_steps", self.save_strategy)):
-            value = getattr(self, name)
-            if strategy == "steps" and (value is None or value <= 0 or (value > 1 and int(value) != value)):
-                raise ConfigError(f"{name}={value!r} must be a positive int (or a float in (0, 1) as a ratio "
-                                  f"of total steps) when the strategy is 'steps'.")
-        if self.save_total_limit is not None and self.save_total_limit < 1:
-            raise ConfigError(f"save_total_limit={self.save_total_limit!r} must be >= 1 (or None to keep all).")
-        if self.save_strategy == "best" and self.metric_for_best_model is None:
-            raise ConfigError("save_strategy='best' needs metric_for_best_model (e.g. 'eval_loss').")
-        if self.load_best_model_at_end:
-            if self.save_strategy not in ("best", self.eval_strategy):
-                raise ConfigError(
-                    f"load_best_model_at_end needs save_strategy to match eval_strategy (got save_strategy="
-                    f"{self.save_strategy!r}, eval_strategy={self.eval_strategy!r}): set both to 'steps' or "
-                    "'epoch'.")
-            if self.eval_strategy == "steps" and self.save_strategy == "steps":
-                # Ratios (< 1) compare as integers in millionths, as HF does: 0.2 % 0.1 is not 0 in floats.
-                ratios = (self.save_steps < 1, self.eval_steps < 1)
-                if ratios[0] != ratios[1] or round(self.save_steps * 1_000_000) % round(
-                        self.eval_steps * 1_000_000) != 0:
-                    raise ConfigError(f"load_best_model_at_end needs save_steps ({self.save_steps}) to be a "
-                                      f"multiple of eval_steps ({self.eval_steps}), both steps or both ratios.")
-        self.num_workers = normalise_workers(self.num_workers)
-        check_elastic_batch(self.num_workers, self.per_device_train_batch_size, self.gradient_accumulation_steps)
-        if not self.worker_idle_timeout_s >= 0:
-            raise ConfigError(f"worker_idle_timeout_s={self.worker_idle_timeout_s!r} must be >= 0 (seconds; 0 "
-                              "releases the workers after each call).")
-        for name in ("hang_warning_s", "hang_timeout_s"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0 seconds (0 turns it off).")
-        if 0 < self.hang_timeout_s <= self.hang_warning_s:
-            raise ConfigError(f"hang_timeout_s={self.hang_timeout_s!r} must be above hang_warning_s="
-                              f"{self.hang_warning_s!r}: the warning names the stalled rank before the timeout "
-                              "restarts the group. Raise hang_timeout_s, or lower hang_warning_s (0 turns it off).")
-        if not self.elastic_resize_monitor_interval_s >= 0:
-            raise ConfigError(f"elastic_resize_monitor_interval_s={self.elastic_resize_monitor_interval_s!r} must be "
-                              ">= 0 seconds.")
-        for name in ("max_failures", "max_preemptions"):
-            if getattr(self, name) < -1:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be >= 0, or -1 for unlimited restarts.")
-        if self.resources_per_worker is not None:
-            if not isinstance(self.resources_per_worker, dict) or any(
-                    not isinstance(v, (int, float)) or v < 0 for v in self.resources_per_worker.values()):
-                raise ConfigError(f"resources_per_worker={self.resources_per_worker!r} must be a dict of "
-                                  "resource name to a non-negative amount, e.g. {'CPU': 2, 'GPU': 1}.")
-            if self.resources_per_worker.get("GPU", 0) > 0 and self.use_gpu is False:
-                raise ConfigError("resources_per_worker asks for a GPU but use_gpu=False: drop one of them.")
-        if not 0 <= self.label_smoothing_factor < 1:
-            raise ConfigError(f"label_smoothing_factor={self.label_smoothing_factor!r} must be in [0, 1).")
-        if self.peak_flops_per_device is not None and (isinstance(self.peak_flops_per_device, bool) or not isinstance(
-                self.peak_flops_per_device, (int, float)) or not self.peak_flops_per_device > 0):
-            raise ConfigError(f"peak_flops_per_device={self.peak_flops_per_device!r} must be a positive number of "
-                              "FLOP/s (e.g. 989e12 for an H100 SXM in bf16), or None for the built-in table.")
-        if self.callback_decisions not in ("same_step", "next_step"):
-            raise ConfigError(f"callback_decisions={self.callback_decisions!r} must be 'same_step' (wait for the "
-                              "driver's answer at each step) or 'next_step' (apply it one step later).")
-        if self.neftune_noise_alpha is not None and not self.neftune_noise_alpha > 0:
-            raise ConfigError(f"neftune_noise_alpha={self.neftune_noise_alpha!r} must be > 0 (or None to disable).")
-        if self.eval_delay < 0:
-            raise ConfigError(f"eval_delay={self.eval_delay!r} must be >= 0.")
-        if self.eval_accumulation_steps is not None and (
-                not isinstance(self.eval_accumulation_steps, int) or self.eval_accumulation_steps < 1):
-            raise ConfigError(f"eval_accumulation_steps={self.eval_accumulation_steps!r} must be a positive int "
-                              "(or None to keep predictions on the device until the end).")
-        self._one_of("log_level", LOG_LEVELS)
-        self._one_of("log_level_replica", LOG_LEVELS)
-        if self.label_names is not None and not all(isinstance(n, str) for n in self.label_names):
-            raise ConfigError(f"label_names={self.label_names!r} must be a list of column names.")
-
-    def _resolve_reporting(self):
-        self.report_to = normalise_report_to(self.report_to)
-        if self.logging_dir is None:
-            self.logging_dir = os.environ.get("TENSORBOARD_LOGGING_DIR") or join(self.output_dir, default_logdir())
-        self.logging_dir = absolute_if_local(os.path.expanduser(str(self.logging_dir)))
-
-    def _one_of(self, name: str, allowed: tuple):
-        value = getattr(self, name)
-        if value not in allowed:
-            raise ConfigError(f"{name}={value!r} is not supported; choose one of: {', '.join(allowed)}.")
+        normalise(self)  # every accepted spelling brought to one form (normalise.py)
+        for check, _owned_fields in TOPICS:  # then the checks, topic by topic (checks.py)
+            check(self)
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -570,3 +385,8 @@ class TrainingArguments(DriverView):
     def __repr__(self) -> str:  # never print credentials
         body = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
         return f"{type(self).__name__}({body})"
+
+
+# Our own fields (transformers has none of them), each with its one description, its help text: docs/arguments.md's
+# table shows it as the field's note.
+OURS_FIELDS: Dict[str, str] = {declared.name: declared.metadata["help"] for declared in _OURS}

@@ -4,7 +4,8 @@
     different  accepted, with another meaning or default on a Ray run: the note says what and why
     refused    accepted at transformers' default; any other value is a ConfigError naming why and what to use
 
-`refuse_unsupported(args)` enforces the `refused` rows at construction, and `python -m raytrainer.arguments.docs_table
+Our own fields (status `ours`) are described by their declarations (training_args.OURS_FIELDS). The `refused` rows
+are enforced at construction by checks.py's last topic, and `python -m raytrainer.arguments.docs_table
 docs/arguments.md` writes the table of docs/arguments.md from both classes (a test fails when the file and the
 classes disagree, or when transformers has a field that is not classified here). Pure data and the stdlib.
 """
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Dict, Tuple
-
-from ..errors import ConfigError
 
 SAME, DIFFERENT, REFUSED, OURS = "same", "different", "refused", "ours"
 
@@ -62,7 +61,7 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "torch_compile_backend": (SAME, ""),
     "torch_compile_mode": (SAME, ""),
     "use_liger_kernel": (SAME, "Liger's kernels patched into a transformers model on every worker, GPUs only "
-                               "(raytrainer/optimizers/liger.py)."),
+                               "(raytrainer/strategy/liger.py)."),
     "liger_kernel_config": (SAME, ""),
     "use_cache": (SAME, "Set on the model's config on every worker before training, as transformers does at "
                         "Trainer construction."),
@@ -190,41 +189,8 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
                             "with plain python and --num_workers N (local_process_index answers the question)."),
 }
 
-# Our own fields: what a Ray run needs and transformers does not have.
-OURS_FIELDS: Dict[str, str] = {
-    "num_workers": "Training workers; 0 runs in the driver process; (min, max) is an elastic range.",
-    "elastic_resize_monitor_interval_s": "Elastic runs: how often Ray Train looks for room to grow.",
-    "use_gpu": "One GPU per worker; default: when the cluster has GPUs.",
-    "resources_per_worker": "Ray resources per worker.",
-    "strategy": "ddp or fsdp (FSDP2).",
-    "max_failures": "Worker-group restarts from the newest committed checkpoint.",
-    "max_preemptions": "Restarts after a preemption, counted apart.",
-    "worker_idle_timeout_s": "How long a worker group is kept for the next call.",
-    "ray_address": "The Ray cluster to use.",
-    "storage_options": "fsspec options for output_dir (never logged).",
-    "save_async": "Write checkpoints in the background.",
-    "allow_local_output_dir_on_multinode": "Accept a local output_dir that is shared storage.",
-    "storage_retry_timeout_s": "How long transient storage errors are retried before they count as a failure.",
-    "on_nonfinite_loss": "A NaN/Inf loss: warn (default, trains on), skip the step, or stop the run.",
-    "hang_warning_s": "A worker without progress this long is named on the console (rank, phase, line); 0: off.",
-    "hang_timeout_s": "A worker without progress this long exits; its group restarts (a failure); 0: off.",
-    "peak_flops_per_device": "Peak FLOP/s of one device, for the MFU log key; default: a table of known GPUs.",
-    "callback_decisions": "A driver callback's step-end/log decision: same_step (waits) or next_step.",
-    "logging_dir": "transformers 4's name (transformers 5 reads TENSORBOARD_LOGGING_DIR); kept for scripts.",
-    "group_by_length": "transformers 4's spelling of train_sampling_strategy='group_by_length'.",
-}
-
 
 def field_default(cls: type, name: str) -> Any:
     f = cls.__dataclass_fields__[name]
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
-
-def refuse_unsupported(args) -> None:
-    """A ConfigError for the first `refused` field set to anything but its default, naming why and the fix."""
-    for name, (status, note) in HF_FIELDS.items():
-        if status != REFUSED:
-            continue
-        value, default = getattr(args, name), field_default(type(args), name)
-        if value != default:
-            raise ConfigError(f"{name}={value!r} is not supported (only its default, {default!r}): {note}")

@@ -1,3 +1,6 @@
+"""The dataclass itself: every transformers field is declared with transformers' default, ours are the rest
+(declared with `_ours`), and to_dict/repr never show a secret."""
+
 import dataclasses
 import enum
 import json
@@ -5,8 +8,7 @@ import pickle
 
 import pytest
 
-from raytrainer.arguments.training_args import RAY_FIELDS, TrainingArguments
-from raytrainer.errors import ConfigError
+from raytrainer.arguments.training_args import OURS_FIELDS, TrainingArguments
 
 
 def _plain(value):
@@ -36,76 +38,7 @@ def test_defaults_match_transformers():
                  "gradient_checkpointing", "activation_checkpointing", "include_num_input_tokens_seen"):
         assert _plain(getattr(hf, name)) == getattr(mine, name), name
     # Every field that is not HF's is declared as ours.
-    assert ours - hf_names == set(RAY_FIELDS)
-
-
-def test_output_dir_default_and_str():
-    import os
-    assert TrainingArguments().output_dir == os.path.abspath("trainer_output")  # HF's default, made absolute
-    import pathlib
-    assert TrainingArguments(output_dir=pathlib.Path("/tmp/run")).output_dir == "/tmp/run"
-
-
-@pytest.mark.parametrize("kwargs, field", [
-    ({"learning_rate": 0}, "learning_rate"),
-    ({"learning_rate": -1e-3}, "learning_rate"),
-    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size"),
-    ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size"),
-    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
-    ({"optim": "adamw_apex"}, "optim"),
-    ({"lr_scheduler_type": "cosine_with_restarts"}, "lr_scheduler_type"),
-    ({"warmup_steps": 1.5}, "warmup_steps"),
-    ({"warmup_steps": -1}, "warmup_steps"),
-    ({"eval_strategy": "steps", "eval_steps": 0}, "eval_steps"),
-    ({"save_strategy": "best"}, "metric_for_best_model"),
-    ({"load_best_model_at_end": True, "eval_strategy": "epoch", "save_strategy": "steps"}, "load_best_model_at_end"),
-    ({"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 10, "save_steps": 15},
-     "load_best_model_at_end"),
-    ({"num_workers": -1}, "num_workers"),
-    ({"max_failures": -2}, "max_failures"),
-    ({"lr_scheduler_kwargs": "{not json"}, "lr_scheduler_kwargs"),
-    ({"resources_per_worker": {"GPU": 1}, "use_gpu": False}, "use_gpu"),
-])
-def test_inconsistent_values_raise_naming_the_field(kwargs, field):
-    with pytest.raises(ConfigError, match=field):
-        TrainingArguments(**kwargs)
-
-
-def test_accepted_edge_values():
-    assert TrainingArguments(warmup_steps=0.1).get_warmup_steps(20) == 2
-    assert TrainingArguments(warmup_steps=5).get_warmup_steps(20) == 5
-    assert TrainingArguments(max_failures=-1, num_workers=0).max_failures == -1
-    # Ratios compare exactly even where float modulo does not (0.2 % 0.1 != 0).
-    TrainingArguments(load_best_model_at_end=True, eval_strategy="steps", eval_steps=0.1, save_steps=0.2)
-    TrainingArguments(save_strategy="best", metric_for_best_model="accuracy")
-
-
-def test_transformers_enums_are_accepted_as_their_strings():
-    """transformers takes its choices as enums or as their strings; here both become the string."""
-    pytest.importorskip("transformers")
-    from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
-    from transformers.training_args import OptimizerNames
-
-    args = TrainingArguments(eval_strategy=IntervalStrategy.STEPS, save_strategy=SaveStrategy.EPOCH,
-                             logging_strategy=IntervalStrategy.EPOCH, lr_scheduler_type=SchedulerType.COSINE,
-                             optim=OptimizerNames.SGD, hub_strategy=HubStrategy.CHECKPOINT)
-    values = {name: getattr(args, name) for name in ("eval_strategy", "save_strategy", "logging_strategy",
-                                                       "lr_scheduler_type", "optim", "hub_strategy")}
-    assert values == {"eval_strategy": "steps", "save_strategy": "epoch", "logging_strategy": "epoch",
-                      "lr_scheduler_type": "cosine", "optim": "sgd", "hub_strategy": "checkpoint"}
-    assert all(type(value) is str for value in values.values())
-    with pytest.raises(ConfigError, match="optim='adamw_bnb_8bit' is not supported"):
-        TrainingArguments(optim=OptimizerNames.ADAMW_BNB)
-
-
-def test_derived_values_follow_hf():
-    args = TrainingArguments(eval_strategy="steps", logging_steps=50)
-    assert args.eval_steps == 50  # defaults to logging_steps
-    assert TrainingArguments(metric_for_best_model="accuracy").greater_is_better is True
-    best = TrainingArguments(load_best_model_at_end=True, eval_strategy="steps")
-    assert (best.metric_for_best_model, best.greater_is_better) == ("loss", False)
-    assert TrainingArguments(lr_scheduler_kwargs='{"num_cycles": 1}').lr_scheduler_kwargs == {"num_cycles": 1}
-    assert TrainingArguments(label_names="y").label_names == ["y"]
+    assert ours - hf_names == set(OURS_FIELDS)
 
 
 def test_storage_secrets_never_in_repr_or_dict():
@@ -119,9 +52,8 @@ def test_storage_secrets_never_in_repr_or_dict():
     assert pickle.loads(pickle.dumps(args)).storage_options == args.storage_options
 
 
-def test_local_output_dir_is_made_absolute_where_the_user_runs_and_urls_are_kept(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    args = TrainingArguments(output_dir="runs/a", resume_from_checkpoint="runs/a/checkpoint-5")
-    assert args.output_dir == str(tmp_path / "runs" / "a")
-    assert args.resume_from_checkpoint == str(tmp_path / "runs" / "a" / "checkpoint-5")
-    assert TrainingArguments(output_dir="s3://bucket/run").output_dir == "s3://bucket/run"
+def test_hub_token_is_redacted():
+    args = TrainingArguments(hub_token="hf_secret_value", hub_model_id="me/model", hub_strategy="end")
+    assert "hf_secret_value" not in repr(args) and "hf_secret_value" not in args.to_json_string()
+    assert args.hub_token == "hf_secret_value"
+
