@@ -1,18 +1,23 @@
-"""The optimizers of transformers' Trainer that live in their own packages: GaLore, APOLLO, LOMO/AdaLomo,
-GrokAdamW, StableAdamW; and Liger kernels. Built with transformers' arguments and defaults
-(`transformers.trainer_optimizer`), so a run matches transformers' Trainer in one process.
+"""The optimizers and learning-rate schedules that `TrainingArguments` names (`optim`, `lr_scheduler_type`),
+built with transformers' arguments and defaults, so a run matches transformers' Trainer in one process.
 
-- `registry`: each optimizer's package, pip extra, `optim_args` and the rules checked on the driver.
+- `registry`: every `optim` name once, and the checks and builder each goes to: `check_optimizer` (when the
+  arguments are built), `check_run` (the Trainer's preflight), `create_optimizer` (on each worker).
+- `builtin`: torch's AdamW and SGD, transformers' Adafactor, the schedule-free optimizers; the parameter groups
+  and `optim_args` parsing that every optimizer shares.
+- `schedules`: the learning-rate schedules (`create_scheduler`).
+- `packaged`: the optimizers of their own packages (GaLore, APOLLO, LOMO/AdaLomo, GrokAdamW, StableAdamW): each
+  one's package, pip extra, `optim_args` and the rules checked on the driver.
 - `low_rank`: GaLore and APOLLO (projected gradients of `optim_target_modules`).
 - `layerwise`: the `_layerwise` forms, one optimizer per parameter stepped inside backward (one process only).
-- `lomo`: LOMO and AdaLomo, which update each parameter inside backward (`fused_backward`).
-- `grokadamw`: GrokAdamW with its state where checkpoints find it.
-- `liger`: Liger's Triton kernels patched into a transformers model (GPU only).
+- `lomo`, `lomo_classes`: LOMO and AdaLomo, which update each parameter inside backward (`fused_backward`).
+- `grok`: GrokAdamW with its state where checkpoints find it.
 """
 
-from .liger import apply_liger_kernel
+from .builtin import optimizer_eval_mode, optimizer_train_mode
 from .lomo import fused_backward, is_fused_backward
-from .registry import NAMES, check_args, check_run, create, handles
+from .registry import OPTIMIZERS, check_optimizer, check_run, create_optimizer
+from .schedules import SCHEDULERS, create_scheduler
 
-__all__ = ["NAMES", "apply_liger_kernel", "check_args", "check_run", "create", "fused_backward", "handles",
-           "is_fused_backward"]
+__all__ = ["OPTIMIZERS", "SCHEDULERS", "check_optimizer", "check_run", "create_optimizer", "create_scheduler",
+           "fused_backward", "is_fused_backward", "optimizer_eval_mode", "optimizer_train_mode"]

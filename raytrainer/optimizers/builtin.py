@@ -1,41 +1,37 @@
-"""The optimizer and learning-rate schedule named by `TrainingArguments`, built the way HF's `Trainer` builds them.
+"""The built-in optimizers (torch's AdamW and SGD, transformers' Adafactor, the schedule-free ones), built the way
+HF's `Trainer` builds them; and what every optimizer shares: the parameter groups (with and without weight
+decay) and `optim_args` parsing.
 
-Schedules are `LambdaLR`s over module-level functions bound with `functools.partial`: the scheduler is pickled
-into checkpoints and shipped to Ray actors, and a closure or lambda would not survive either trip.
+`NAMES` lists the built-in `optim` names; `registry.py` adds those of the optimizers in their own packages and
+decides which module checks and builds a name.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import inspect
-import math
 import re
 import warnings
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
 
-from ..errors import ConfigError
+from ..errors import ConfigError, missing_package
 
 if TYPE_CHECKING:  # for annotations only: TrainingArguments checks its optimizer with this module
     from ..arguments.training_args import TrainingArguments
+
+# The built-in `optim` names. The schedule-free classes are schedulefree's, imported only when one is built.
+SCHEDULE_FREE_CLASSES = {"schedule_free_adamw": "AdamWScheduleFree", "schedule_free_sgd": "SGDScheduleFree",
+                         "schedule_free_radam": "RAdamScheduleFree"}
+SCHEDULE_FREE = tuple(SCHEDULE_FREE_CLASSES)
+NAMES = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor", *SCHEDULE_FREE)
 
 # HF's rule (Trainer.get_decay_parameter_names): no weight decay on biases and normalisation weights.
 NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm)
 NO_DECAY_PATTERNS = tuple(re.compile(p) for p in (
     r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"))
-
-# The lr_scheduler_kwargs each schedule accepts, with HF's defaults.
-SCHEDULER_KWARGS = {
-    "linear": {},
-    "cosine": {"num_cycles": 0.5},
-    "constant": {},
-    "constant_with_warmup": {},
-    "polynomial": {"lr_end": 1e-7, "power": 1.0},
-}
 
 
 def get_decay_parameter_names(model: nn.Module) -> list[str]:
@@ -49,7 +45,8 @@ def get_decay_parameter_names(model: nn.Module) -> list[str]:
             if name not in excluded and not any(p.search(name.lower()) for p in NO_DECAY_PATTERNS)]
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """The trainable parameters in HF's two groups: with `weight_decay`, and without (biases, norms)."""
     decay = set(get_decay_parameter_names(model))
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not trainable:
@@ -78,16 +75,13 @@ def _fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
 
 
 # ---------------------------------------------------------------------- optimizer classes and their options
-SCHEDULE_FREE = ("schedule_free_adamw", "schedule_free_sgd", "schedule_free_radam")
-_SCHEDULE_FREE_CLASSES = {"schedule_free_adamw": "AdamWScheduleFree", "schedule_free_sgd": "SGDScheduleFree",
-                          "schedule_free_radam": "RAdamScheduleFree"}
 # Set from TrainingArguments' own fields; optim_args may not override them (one place for each value).
 _FROM_ARGS = {"lr": "learning_rate", "betas": "adam_beta1/adam_beta2", "eps": "adam_epsilon",
               "weight_decay": "weight_decay", "warmup_steps": "warmup_steps", "fused": "optim='adamw_torch_fused'"}
 
 
 def _set_from_args(optim: str) -> set:
-    """The optimizer arguments create_optimizer sets from TrainingArguments' fields, for this optimizer."""
+    """The optimizer arguments `create` sets from TrainingArguments' fields, for this optimizer."""
     keys = {"lr", "weight_decay"}
     if optim.startswith("adamw") or optim in ("schedule_free_adamw", "schedule_free_radam"):
         keys |= {"betas", "eps"}
@@ -115,7 +109,7 @@ def optimizer_class(optim: str) -> type:
             import schedulefree
         except ImportError:
             raise _schedulefree_missing(optim) from None
-        return getattr(schedulefree, _SCHEDULE_FREE_CLASSES[optim])
+        return getattr(schedulefree, SCHEDULE_FREE_CLASSES[optim])
     raise ConfigError(f"optim={optim!r} is not supported.")  # TrainingArguments already rejects this
 
 
@@ -133,8 +127,7 @@ def _adafactor_class() -> type:
 
 
 def _schedulefree_missing(optim: str) -> ConfigError:
-    return ConfigError(f"optim={optim!r} needs the 'schedulefree' package, which is not installed: "
-                       'pip install "raytrainer[schedulefree]".')
+    return missing_package("schedulefree", "schedulefree", f"optim={optim!r}")
 
 
 def parse_optim_args(text: str | None) -> dict[str, str]:
@@ -151,7 +144,7 @@ def parse_optim_args(text: str | None) -> dict[str, str]:
     return out
 
 
-def _convert(optim: str, key: str, value: str, default):
+def convert_optim_arg(optim: str, key: str, value: str, default):
     """A string from optim_args as the type of the optimizer's default for that argument; a tuple default takes
     ':'-separated items (`eps=None:1e-3`)."""
     if isinstance(default, tuple):
@@ -159,7 +152,8 @@ def _convert(optim: str, key: str, value: str, default):
         if len(items) != len(default):
             raise ConfigError(f"optim_args: {key}={value!r} for optim={optim!r} needs {len(default)} values "
                               f"separated by ':' (default: {':'.join(map(str, default))}).")
-        return tuple(None if item == "None" else _convert(optim, key, item, d) for item, d in zip(items, default))
+        return tuple(None if item == "None" else convert_optim_arg(optim, key, item, d)
+                     for item, d in zip(items, default))
     lowered = value.lower()
     if isinstance(default, bool) or (default is None and lowered in ("true", "false")):
         if lowered not in ("true", "false", "1", "0", "yes", "no"):
@@ -193,17 +187,13 @@ def optim_kwargs(args: TrainingArguments, cls: type | None = None) -> dict:
         if key not in accepted:
             raise ConfigError(f"optim_args: {key!r} is not an argument of {cls.__name__} (optim={args.optim!r}); "
                               f"accepted: {', '.join(accepted)}.")
-        out[key] = _convert(args.optim, key, value, params[key].default)
+        out[key] = convert_optim_arg(args.optim, key, value, params[key].default)
     return out
 
 
-def check_optimizer(args: TrainingArguments) -> None:
-    """At TrainingArguments construction: the optimizer's package is installed and optim_args fit it."""
-    from . import registry  # lazily: it imports this module
-
-    registry.check_args(args)  # Liger, and the optimizers of their own packages (GaLore, LOMO, ...)
-    if registry.handles(args.optim):
-        return
+def check(args: TrainingArguments) -> None:
+    """At TrainingArguments construction (`registry.check_optimizer`): the optimizer's package is installed and
+    optim_args fit it."""
     if is_schedule_free(args.optim):
         if importlib.util.find_spec("schedulefree") is None:
             raise _schedulefree_missing(args.optim)
@@ -212,16 +202,13 @@ def check_optimizer(args: TrainingArguments) -> None:
             # scheduler warm-up multiplies the optimizer's own.
             warnings.warn(f"optim={args.optim!r} needs no learning-rate schedule and does its own warm-up "
                           f"(warmup_steps); lr_scheduler_type={args.lr_scheduler_type!r} is applied on top. "
-                          "Set lr_scheduler_type='constant' as the schedulefree authors recommend.", stacklevel=4)
+                          "Set lr_scheduler_type='constant' as the schedulefree authors recommend.", stacklevel=5)
     optim_kwargs(args)
 
 
-def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
-    from . import registry
-
-    if registry.handles(args.optim):
-        return registry.create(model, args)
-    groups = _param_groups(model, args.weight_decay)
+def create(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+    """The built-in optimizer named by args.optim (`registry.create_optimizer` builds every name)."""
+    groups = param_groups(model, args.weight_decay)
     lr = args.learning_rate
     cls = optimizer_class(args.optim)
     extra = optim_kwargs(args, cls)
@@ -234,7 +221,7 @@ def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.O
                 kwargs["fused"] = True
             else:
                 warnings.warn(f"optim='adamw_torch_fused' is not supported for these parameters ({reason}); "
-                              "using the non-fused torch.optim.AdamW instead.", stacklevel=2)
+                              "using the non-fused torch.optim.AdamW instead.", stacklevel=3)
         return cls(groups, **kwargs)
     if args.optim == "adafactor" and cls is not torch.optim.Adafactor:
         # transformers' Adafactor with its Trainer's settings: the learning rate is the schedule's.
@@ -242,7 +229,7 @@ def create_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.O
     if args.optim in ("sgd", "adafactor"):
         return cls(groups, lr=lr, **extra)
     # Schedule-free, with HF's arguments: Adam's betas/eps (not for SGD), warm-up inside the optimizer (not
-    # for RAdam, which needs none). A warm-up ratio is resolved in create_scheduler, once the length is known.
+    # for RAdam, which needs none). A warm-up ratio is resolved in schedules.create_scheduler, once the length is known.
     kwargs = {"lr": lr, **({} if args.optim == "schedule_free_sgd" else adam), **extra}
     if args.optim != "schedule_free_radam":
         kwargs["warmup_steps"] = 0 if 0 < args.warmup_steps < 1 else int(args.warmup_steps)
@@ -263,82 +250,3 @@ def optimizer_eval_mode(optimizer) -> None:
     their averaged point (x), the one to evaluate and keep. A no-op for other optimizers."""
     if callable(getattr(optimizer, "eval", None)):
         optimizer.eval()
-
-
-# ---------------------------------------------------------------------- schedules (factors of the initial lr)
-def _warmup(step: int, num_warmup_steps: int) -> float:
-    return float(step) / float(max(1, num_warmup_steps))
-
-
-def _constant(step: int) -> float:
-    return 1.0
-
-
-def _constant_with_warmup(step: int, *, num_warmup_steps: int) -> float:
-    return _warmup(step, num_warmup_steps) if step < num_warmup_steps else 1.0
-
-
-def _linear(step: int, *, num_warmup_steps: int, num_training_steps: int) -> float:
-    if step < num_warmup_steps:
-        return _warmup(step, num_warmup_steps)
-    return max(0.0, float(num_training_steps - step) / float(max(1, num_training_steps - num_warmup_steps)))
-
-
-def _cosine(step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float) -> float:
-    if step < num_warmup_steps:
-        return _warmup(step, num_warmup_steps)
-    progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
-    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
-
-
-def _polynomial(step: int, *, num_warmup_steps: int, num_training_steps: int, lr_end: float, power: float,
-                lr_init: float) -> float:
-    if step < num_warmup_steps:
-        return _warmup(step, num_warmup_steps)
-    decay_steps = num_training_steps - num_warmup_steps
-    if step >= num_training_steps or decay_steps <= 0:  # HF divides by zero when warmup fills the run
-        return lr_end / lr_init
-    pct_remaining = 1 - (step - num_warmup_steps) / decay_steps
-    return ((lr_init - lr_end) * pct_remaining**power + lr_end) / lr_init
-
-
-def create_scheduler(optimizer: torch.optim.Optimizer, args: TrainingArguments,
-                     num_training_steps: int) -> LambdaLR:
-    name = args.lr_scheduler_type
-    if name not in SCHEDULER_KWARGS:
-        raise ConfigError(f"lr_scheduler_type={name!r} is not supported.")
-    if num_training_steps <= 0:
-        raise ConfigError(f"num_training_steps={num_training_steps} must be > 0 to build a schedule.")
-    given = dict(args.lr_scheduler_kwargs or {})
-    unknown = sorted(set(given) - set(SCHEDULER_KWARGS[name]))
-    if unknown:
-        accepted = ", ".join(SCHEDULER_KWARGS[name]) or "none"
-        raise ConfigError(f"lr_scheduler_kwargs {unknown} are not accepted by lr_scheduler_type={name!r} "
-                          f"(accepted: {accepted}).")
-    extra = {**SCHEDULER_KWARGS[name], **given}
-    warmup = args.get_warmup_steps(num_training_steps)
-    if is_schedule_free(args.optim) and args.optim != "schedule_free_radam":
-        for group in optimizer.param_groups:  # a ratio needed the run's length, known only now
-            group["warmup_steps"] = warmup
-
-    if name == "constant":
-        # HF ignores warmup here too; say so instead of surprising the user (schedule-free: the optimizer uses it).
-        if warmup > 0 and not is_schedule_free(args.optim):
-            warnings.warn("lr_scheduler_type='constant' ignores warmup_steps; use 'constant_with_warmup'.",
-                          stacklevel=2)
-        lr_lambda = _constant
-    elif name == "constant_with_warmup":
-        lr_lambda = functools.partial(_constant_with_warmup, num_warmup_steps=warmup)
-    elif name == "linear":
-        lr_lambda = functools.partial(_linear, num_warmup_steps=warmup, num_training_steps=num_training_steps)
-    elif name == "cosine":
-        lr_lambda = functools.partial(_cosine, num_warmup_steps=warmup, num_training_steps=num_training_steps,
-                                      **extra)
-    else:  # polynomial
-        lr_init = optimizer.defaults["lr"]
-        if not lr_init > extra["lr_end"]:
-            raise ConfigError(f"lr_scheduler_kwargs lr_end={extra['lr_end']} must be smaller than "
-                              f"learning_rate={lr_init}.")
-        lr_lambda = functools.partial(_polynomial, num_warmup_steps=warmup, num_training_steps=num_training_steps,
-                                      lr_init=lr_init, **extra)
-    return LambdaLR(optimizer, lr_lambda)

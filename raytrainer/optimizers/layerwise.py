@@ -2,7 +2,7 @@
 gradient is complete, then the gradient is freed (transformers' `LayerWiseDummyOptimizer` and its hooks).
 
 Only one process can run them (the gradient is used before data parallelism could average it) and only without
-gradient accumulation: the driver refuses other settings (registry.py). The loop sees an ordinary optimizer
+gradient accumulation: the driver refuses other settings (packaged.py). The loop sees an ordinary optimizer
 whose `step()` and `zero_grad()` do nothing; its one placeholder group carries the learning rate that the
 schedule sets, and each per-parameter optimizer takes it just before stepping. (transformers gives every
 parameter its own copy of the schedule instead; all start from the same learning rate, so the numbers agree.)

@@ -1,210 +1,70 @@
-"""Each optimizer's package, pip extra, `optim_args` (with transformers' defaults) and the rules the driver checks
-before any actor starts.
+"""Every `optim` name, once, and the module that checks and builds it: the built-in optimizers (`builtin.py`),
+then those of their own packages (`packaged.py`). The rest of raytrainer calls these:
 
-Two places check: `check_args` when `TrainingArguments` is built (what the arguments alone decide: a missing
-package, a layer-wise optimizer on several workers, ...), and `check_run` in the Trainer's preflight, once it is
-known whether the workers get GPUs and which model they train (an 8-bit or Liger run on CPUs, target modules
-that match nothing).
+- `check_optimizer` when `TrainingArguments` is built (what the arguments alone decide);
+- `check_run` in the Trainer's preflight, once it is known whether the workers get GPUs and which model they
+  train;
+- `create_optimizer` on each worker.
+
+`check_optimizer` also checks `use_liger_kernel` as far as the arguments decide (a CPU run is refused): Liger's
+kernels are patched into the model by the strategy layer (`strategy/liger.py`, which also checks the run), but
+the arguments are checked here, in the layer that `TrainingArguments` may import.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import warnings
-from dataclasses import dataclass, field, replace
-from typing import Optional
-
 import torch
 
-from ..arguments.scaling import bounds, normalise_workers
-from ..errors import ConfigError, missing_package as package_missing
-from . import liger
-from .builtin import _convert, _param_groups, parse_optim_args
+from ..errors import ConfigError
+from . import builtin, packaged
 
-GALORE_OPTIONS = {"rank": 128, "update_proj_gap": 200, "scale": 0.25, "proj_type": "std"}
-APOLLO_OPTIONS = {"rank": 128, "proj": "random", "scale_type": "channel", "update_proj_gap": 200, "scale": 1.0,
-                  "proj_type": "std"}
-CHOICES = {"proj_type": ("std", "reverse_std", "right", "left", "full"), "proj": ("random", "svd"),
-           "scale_type": ("channel", "tensor")}
-EIGHT_BIT_NEEDS_CUDA = ("galore_torch's GaLoreAdamW8bit calls torch.cuda.synchronize() in every step, so it runs on "
-                        "CUDA GPUs only")
+OPTIMIZERS = builtin.NAMES + packaged.NAMES
+
+LIGER_NEEDS_GPU = ("Liger's kernels are Triton kernels for CUDA GPUs; on CPUs they cannot run, and transformers' "
+                   "own modules are what a CPU run uses")
 
 
-@dataclass(frozen=True)
-class Spec:
-    modules: tuple  # what must import (the optimizer's package and what it imports)
-    extra: str  # the pip extra of raytrainer that installs them
-    options: dict = field(default_factory=dict)  # the optim_args accepted, with transformers' defaults
-    low_rank: bool = False  # GaLore / APOLLO: needs optim_target_modules
-    layerwise: bool = False  # one optimizer per parameter, stepped inside backward
-    fused_backward: bool = False  # LOMO: the update happens inside backward
-    needs_cuda: Optional[str] = None  # why it cannot run without a CUDA GPU
-    # transformers builds GaLore, APOLLO and LOMO without args.weight_decay (GaLore 8-bit then keeps its own 1e-2)
-    ignores_weight_decay: bool = False
+def wants_liger(args) -> bool:
+    return bool(getattr(args, "use_liger_kernel", False))
 
 
-_GALORE = ("galore_torch", "bitsandbytes")
-_APOLLO = ("apollo_torch", "bitsandbytes")
-SPECS = {
-    "galore_adamw": Spec(_GALORE, "galore", GALORE_OPTIONS, low_rank=True, ignores_weight_decay=True),
-    "galore_adamw_8bit": Spec(_GALORE, "galore", GALORE_OPTIONS, low_rank=True, needs_cuda=EIGHT_BIT_NEEDS_CUDA,
-                              ignores_weight_decay=True),
-    "galore_adafactor": Spec(_GALORE, "galore", GALORE_OPTIONS, low_rank=True, ignores_weight_decay=True),
-    "apollo_adamw": Spec(_APOLLO, "apollo", APOLLO_OPTIONS, low_rank=True, ignores_weight_decay=True),
-    "lomo": Spec(("lomo_optim",), "lomo", {"clip_grad_value": None}, fused_backward=True,
-                 ignores_weight_decay=True),
-    "adalomo": Spec(("lomo_optim",), "lomo", {"clip_grad_value": None, "loss_scale": 2**10, "eps": (1e-30, 1e-3),
-                                              "clip_threshold": 1.0, "decay_rate": -0.8},
-                    fused_backward=True, ignores_weight_decay=True),
-    "grokadamw": Spec(("grokadamw",), "grokadamw", {"alpha_init": 0.98, "lamb": 2.0, "gamma": 0.1,
-                                                    "grokking_signal_decay_rate": 0.1, "gradient_clipping": 1.0}),
-    "stable_adamw": Spec(("optimi",), "stable-adamw", {"decouple_lr": False, "max_lr": None, "kahan_sum": None}),
-}
-for _name in ("galore_adamw", "galore_adamw_8bit", "galore_adafactor", "apollo_adamw"):
-    SPECS[_name + "_layerwise"] = replace(SPECS[_name], layerwise=True)
-NAMES = tuple(SPECS)
-
-PACKAGES = {"galore_torch": "galore-torch", "apollo_torch": "apollo-torch", "lomo_optim": "lomo-optim",
-            "grokadamw": "grokadamw", "optimi": "torch-optimi", "bitsandbytes": "bitsandbytes"}
-# optim_args that the optimizer's class takes but a Trainer run cannot honour.
-REFUSED_OPTIONS = {
-    "clip_grad_norm": "LOMO clips by norm only after a second backward pass (Lomo.grad_norm) that transformers' "
-                      "Trainer never makes, and then fails; use clip_grad_value",
-}
-
-
-def handles(optim: str) -> bool:
-    return optim in SPECS
-
-
-def missing_package(optim: str) -> Optional[ConfigError]:
-    spec = SPECS[optim]
-    for module in spec.modules:
-        if importlib.util.find_spec(module) is None:
-            return package_missing(PACKAGES[module], spec.extra, f"optim={optim!r}")
-    return None
-
-
-def options(args) -> dict:
-    """`args.optim_args` merged over transformers' defaults for this optimizer, each converted and checked."""
-    spec = SPECS[args.optim]
-    out = dict(spec.options)
-    for key, value in parse_optim_args(args.optim_args).items():
-        if key not in spec.options:
-            why = f" ({REFUSED_OPTIONS[key]})" if key in REFUSED_OPTIONS and spec.fused_backward else ""
-            accepted = ", ".join(spec.options) or "none"
-            raise ConfigError(f"optim_args: {key!r} is not accepted by optim={args.optim!r}{why}; accepted: "
-                              f"{accepted}.")
-        out[key] = _convert(args.optim, key, value, spec.options[key])
-        if key in CHOICES and out[key] not in CHOICES[key]:
-            raise ConfigError(f"optim_args: {key}={value!r} for optim={args.optim!r} must be one of "
-                              f"{', '.join(CHOICES[key])}.")
-        if key in ("rank", "update_proj_gap") and not out[key] >= 1:
-            raise ConfigError(f"optim_args: {key}={value!r} for optim={args.optim!r} must be a positive int.")
-    return out
-
-
-def _max_workers(args) -> Optional[int]:
-    try:
-        return bounds(normalise_workers(args.num_workers))[1]
-    except ConfigError:  # reported by TrainingArguments' own check of num_workers
-        return None
-
-
-def surely_without_gpu(args) -> bool:
-    """What the arguments alone say: no GPU for the workers (use_gpu=False, or an in-process run without CUDA
-    and without use_gpu=True, which is how the Trainer places such a run)."""
-    if args.use_gpu is False:
-        return True
-    return _max_workers(args) == 0 and not (args.use_gpu and torch.cuda.is_available())
-
-
-def check_args(args, warn: bool = True):
-    """What TrainingArguments alone decide; raises ConfigError naming the fix."""
-    liger.check_args(args)
-    if not handles(args.optim):
+def check_liger_args(args):
+    """What the arguments alone decide about Liger's kernels: the config's type, and workers surely without GPU."""
+    if not wants_liger(args):
         return
-    name, spec = args.optim, SPECS[args.optim]
-    error = missing_package(name)
-    if error is not None:
-        raise error
-    options(args)
-    workers = _max_workers(args)
-    if spec.low_rank:
-        targets = getattr(args, "optim_target_modules", None)
-        if targets is None:
-            raise ConfigError(f"optim={name!r} needs optim_target_modules: the nn.Linear modules whose gradients "
-                              "it projects, as a list of names (e.g. ['q_proj', 'v_proj']), a regex, or 'all-linear'.")
-        if not isinstance(targets, str) and not (isinstance(targets, (list, tuple))
-                                                 and all(isinstance(t, str) for t in targets)):
-            raise ConfigError(f"optim_target_modules={targets!r} must be a list of module names, a regex string, "
-                              "or 'all-linear'.")
-    if (spec.low_rank or spec.fused_backward) and args.strategy == "fsdp":
-        what = "projects each weight's whole gradient matrix" if spec.low_rank else \
-            "updates each parameter from its whole gradient inside backward"
-        raise ConfigError(f"optim={name!r} {what}, and FSDP gives each worker a shard of it: use strategy='ddp'.")
-    if spec.layerwise:
-        if workers is not None and workers > 1:
-            raise ConfigError(
-                f"optim={name!r} runs in one process only (transformers' Trainer refuses it under DDP too): each "
-                "parameter's optimizer steps inside backward as soon as that gradient exists, before the workers "
-                f"could average it. Use num_workers=1 (or 0), or optim={name[:-len('_layerwise')]!r} on "
-                f"{workers} workers.")
-        if args.gradient_accumulation_steps != 1:
-            raise ConfigError(f"optim={name!r} steps each parameter inside every backward, so it cannot accumulate "
-                              "gradients (transformers refuses it too): set gradient_accumulation_steps=1.")
-    if (spec.layerwise or spec.fused_backward) and args.fp16:
-        raise ConfigError(f"optim={name!r} updates the weights inside backward, from gradients that fp16's loss "
-                          "scaling has not yet unscaled or checked for overflow: use bf16=True or full precision.")
-    if spec.needs_cuda and surely_without_gpu(args):
-        raise ConfigError(f"optim={name!r} needs a CUDA GPU ({spec.needs_cuda}), and this run's workers have none "
-                          f"(use_gpu={args.use_gpu}, num_workers={args.num_workers}). On CPUs use "
-                          f"optim={name.replace('_8bit', '')!r}.")
-    if warn and spec.ignores_weight_decay and args.weight_decay > 0:
-        kept = " (GaLoreAdamW8bit keeps its own weight_decay=0.01)" if "8bit" in name else ""
-        warnings.warn(f"optim={name!r} does not apply weight_decay={args.weight_decay}: transformers' Trainer builds "
-                      f"it without weight decay{kept}, and so does raytrainer, for the same numbers.", stacklevel=6)
+    config = getattr(args, "liger_kernel_config", None)
+    if config is not None and not isinstance(config, dict):
+        raise ConfigError(f"liger_kernel_config={config!r} must be a dict of kernel names to booleans, e.g. "
+                          "{'rope': True, 'cross_entropy': False} (or None for Liger's defaults).")
+    if packaged.surely_without_gpu(args):
+        raise ConfigError(f"use_liger_kernel=True, but this run's workers have no GPU (use_gpu={args.use_gpu}, "
+                          f"num_workers={args.num_workers}): {LIGER_NEEDS_GPU}. Set use_liger_kernel=False, or "
+                          "run on GPUs.")
+
+
+def check_optimizer(args) -> None:
+    """At TrainingArguments construction: the optimizer's package is installed, optim_args fit it, and the rules
+    of its kind hold (with Liger's kernels, checked here too). Raises ConfigError naming the fix."""
+    check_liger_args(args)
+    if args.optim in packaged.SPECS:
+        packaged.check(args)
+    else:
+        builtin.check(args)
 
 
 def check_run(trainer, use_gpu: bool):
-    """In the Trainer's preflight, with the workers' devices and the model known."""
+    """In the Trainer's preflight, with the workers' devices and the model known (Liger's kernels: see
+    `strategy/liger.py`)."""
     args = trainer.args
-    check_args(args, warn=False)  # the arguments may have been changed since they were built
-    liger.check_run(args, use_gpu, trainer.model)
-    if not handles(args.optim):
+    check_liger_args(args)  # the arguments may have been changed since they were built
+    if args.optim not in packaged.SPECS:
         return
-    spec = SPECS[args.optim]
-    if spec.needs_cuda and not use_gpu:
-        raise ConfigError(f"optim={args.optim!r} needs a CUDA GPU ({spec.needs_cuda}), and this run's workers have "
-                          f"none. On CPUs use optim={args.optim.replace('_8bit', '')!r}.")
-    if spec.low_rank and trainer.model is not None:
-        from .low_rank import target_parameter_names
-
-        target_parameter_names(trainer.model, args.optim_target_modules, args.optim)
+    packaged.check(args, warn=False)
+    packaged.check_run(args, use_gpu, trainer.model)
 
 
-def create(model: torch.nn.Module, args) -> torch.optim.Optimizer:
+def create_optimizer(model: torch.nn.Module, args) -> torch.optim.Optimizer:
     """The optimizer named by args.optim, as transformers' Trainer builds it for `model`."""
-    error = missing_package(args.optim)
-    if error is not None:
-        raise error
-    name, spec, opts = args.optim, SPECS[args.optim], options(args)
-    lr = args.learning_rate
-    if spec.low_rank:
-        from .low_rank import create_low_rank
-
-        return create_low_rank(model, args, opts)
-    if spec.fused_backward:
-        from .lomo import create_lomo
-
-        _param_groups(model, 0.0)  # the same error as the other optimizers when nothing is trainable
-        return create_lomo(model, name, lr, opts)
-    groups = _param_groups(model, args.weight_decay)
-    if name == "grokadamw":  # transformers passes no betas/eps: GrokAdamW's own defaults
-        from .grok import GrokAdamW
-
-        return GrokAdamW(groups, lr=lr, **opts)
-    from optimi import StableAdamW
-
-    return StableAdamW(groups, lr=lr, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
-                       weight_decay=args.weight_decay, **opts)
+    if args.optim in packaged.SPECS:
+        return packaged.create(model, args)
+    return builtin.create(model, args)

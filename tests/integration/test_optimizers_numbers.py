@@ -35,7 +35,7 @@ TARGETS = ["q_proj", "v_proj", "down_proj"]
 
 
 def _installed(optim: str) -> bool:
-    from raytrainer.optimizers.registry import missing_package
+    from raytrainer.optimizers.packaged import missing_package
 
     return missing_package(optim) is None
 

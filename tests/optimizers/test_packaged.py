@@ -1,7 +1,6 @@
-"""The optimizers of their own packages and Liger: what the driver refuses before any actor starts (and why),
-how each optimizer is built (as transformers' Trainer builds it), and the pieces that make them fit a Trainer run
-(LOMO's fused backward, the layer-wise optimizer's state). No Trainer run here:
-tests/integration/test_optimizers_numbers.py trains."""
+"""The optimizers of their own packages: what the driver refuses before any actor starts (and why), and how each
+is built (as transformers' Trainer builds it). No Trainer run here: tests/integration/test_optimizers_numbers.py
+trains."""
 
 from __future__ import annotations
 
@@ -13,35 +12,9 @@ import torch
 
 from raytrainer.arguments.training_args import TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.optimizers import NAMES, apply_liger_kernel, check_run, fused_backward, is_fused_backward, registry
-from raytrainer.optimizers.builtin import create_optimizer, create_scheduler
-from raytrainer.optimizers.names import OPTIMIZERS
+from raytrainer.optimizers import check_run, create_optimizer
 from tests.hf_models import tiny_model
-
-TARGETS = ["q_proj", "v_proj"]
-LOW_RANK = {"optim_target_modules": TARGETS, "optim_args": "rank=4"}
-
-
-def needs(optim: str):
-    if registry.missing_package(optim) is not None:
-        pytest.skip(f"{optim}'s package is not installed")
-
-
-def args_for(optim: str, **kw) -> TrainingArguments:
-    extra = LOW_RANK if optim.startswith(("galore", "apollo")) else {}
-    return TrainingArguments(output_dir="unused", optim=optim, **{"num_workers": 0, **extra, **kw})
-
-
-class FakeTrainer:
-    def __init__(self, args, model=None):
-        self.args, self.model = args, model
-
-
-def test_every_name_is_an_optim_choice():
-    assert set(NAMES) <= set(OPTIMIZERS)
-    assert {"galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
-            "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "apollo_adamw", "apollo_adamw_layerwise",
-            "lomo", "adalomo", "grokadamw", "stable_adamw"} == set(NAMES)
+from tests.optimizers.support import LOW_RANK, FakeTrainer, args_for, needs
 
 
 @pytest.mark.parametrize("optim, module, extra", [
@@ -116,26 +89,6 @@ def test_eight_bit_galore_is_refused_without_a_gpu():
     check_run(FakeTrainer(args), use_gpu=True)
 
 
-def test_liger_is_refused_on_cpu_and_without_its_package(monkeypatch):
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="use_liger_kernel=True, but this run's workers have no GPU.*Triton"):
-            TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=0)
-    with pytest.raises(ConfigError, match="no GPU"):
-        TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=2, use_gpu=False)
-    with pytest.raises(ConfigError, match="must be a dict"):
-        TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=2, liger_kernel_config=["rope"])
-    args = TrainingArguments(output_dir="unused", use_liger_kernel=True, num_workers=2)  # GPUs may be there
-    with pytest.raises(ConfigError, match="get no GPU"):
-        check_run(FakeTrainer(args), use_gpu=False)
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "liger_kernel" else real(name, *a))
-    with pytest.raises(ConfigError, match=r'pip install "raytrainer\[liger\]"'):
-        check_run(FakeTrainer(args), use_gpu=True)
-    model = tiny_model("plain")
-    assert apply_liger_kernel(model, TrainingArguments(output_dir="unused")) is model  # off: untouched
-
-
 def test_optim_args_take_transformers_names_and_defaults():
     needs("apollo_adamw")
     opt = create_optimizer(tiny_model("llama"), args_for("apollo_adamw", optim_args="rank=2,proj=svd,scale=0.5"))
@@ -207,68 +160,3 @@ def test_galore_adafactor_layerwise_gets_the_fixed_step_size():
     opt = create_optimizer(tiny_model("llama"), args_for("galore_adafactor_layerwise"))
     inner = next(iter(opt.optimizers.values()))
     assert inner.defaults["relative_step"] is False and inner.defaults["scale_parameter"] is False
-
-
-# ---------------------------------------------------------------------- pieces of a run
-def _loss(model):
-    ids = torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(0))
-    return model(input_ids=ids, labels=ids).loss
-
-
-@pytest.mark.parametrize("optim", ["lomo", "adalomo"])
-def test_lomo_updates_in_fused_backward_only(optim):
-    needs(optim)
-    model = tiny_model("llama")
-    opt = create_optimizer(model, args_for(optim))
-    assert is_fused_backward(opt) and not is_fused_backward(torch.optim.SGD(model.parameters(), lr=1))
-    with pytest.raises(RuntimeError, match="call raytrainer.optimizers.fused_backward"):
-        _loss(model).backward()
-    model.zero_grad(set_to_none=True)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    scheduler = create_scheduler(opt, args_for(optim), num_training_steps=4)
-    fused_backward(opt, _loss(model))  # at this step's lr
-    assert opt.lr == scheduler.get_last_lr()[0]
-    assert all(p.grad is None for p in model.parameters())  # consumed, nothing left to clip or step
-    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters())  # every one, the last too
-    opt.step()  # a no-op (torch's base class raises)
-
-
-def test_adalomo_state_is_in_its_state_dict():
-    needs("adalomo")
-    model = tiny_model("llama")
-    opt = create_optimizer(model, args_for("adalomo"))
-    states = [(opt.exp_avg_sq_row.get(n) if p.dim() > 1 else opt.exp_avg_sq[n], p) for n, p in model.named_parameters()]
-    assert all(state.device == p.device for state, p in states)
-    fused_backward(opt, _loss(model))
-    saved = opt.state_dict()
-    assert saved["adalomo"]["step_num"] == 1
-    other = create_optimizer(tiny_model("llama"), args_for("adalomo"))
-    other.load_state_dict(saved)
-    assert other.step_num == 1
-    for name, tensor in opt.exp_avg_sq_row.items():
-        assert torch.equal(other.exp_avg_sq_row[name], tensor)
-
-
-def test_layerwise_state_round_trips():
-    needs("galore_adamw_layerwise")
-    model = tiny_model("llama")
-    args = args_for("galore_adamw_layerwise")
-    opt = create_optimizer(model, args)
-    scheduler = create_scheduler(opt, args, num_training_steps=4)
-    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
-    _loss(model).backward()  # each parameter steps as its gradient completes
-    assert all(p.grad is None for p in model.parameters())
-    assert not torch.equal(before, model.model.layers[0].self_attn.q_proj.weight)
-    opt.step(), scheduler.step()
-    saved = opt.state_dict()
-    assert len(saved["per_parameter"]) == len(list(model.parameters()))
-    projected = [s for s in saved["per_parameter"] if any("projector" in v for v in s["state"].values())]
-    assert len(projected) == 4  # q_proj and v_proj of 2 layers
-    live = next(iter(opt.optimizers[model.model.layers[0].self_attn.q_proj.weight].state.values()))
-    assert projected[0]["state"][0]["projector"] is not live["projector"]  # a snapshot, not the live object
-    other_model = tiny_model("llama")
-    other = create_optimizer(other_model, args)
-    other.load_state_dict(saved)
-    assert other.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
-    with pytest.raises(ValueError, match="per-parameter optimizers"):
-        other.load_state_dict({**saved, "per_parameter": saved["per_parameter"][:-1]})

@@ -1,9 +1,11 @@
 """Liger kernels (`use_liger_kernel`): Triton GPU kernels patched into a transformers model (RMSNorm, RoPE,
 SwiGLU, fused linear cross-entropy, ...), as transformers' Trainer applies them at the start of `train()`.
 
-They run on CUDA GPUs only: a CPU run is refused on the driver, before any actor starts. On a worker with GPUs,
-`apply_liger_kernel` patches the model in place before the strategy wraps it; architectures that Liger does not
-know are left as they are, with a warning (transformers only logs it).
+They run on CUDA GPUs only: a CPU run is refused on the driver, before any actor starts, as far as the arguments
+tell when `TrainingArguments` is built (`optimizers/registry.py`), and by `check_run` in the Trainer's preflight
+once it is known whether the workers get GPUs. On a worker with GPUs, `apply_liger_kernel` patches the model in
+place before the strategy wraps it; architectures that Liger does not know are left as they are, with a warning
+(transformers only logs it).
 """
 
 from __future__ import annotations
@@ -12,39 +14,19 @@ import importlib.util
 import warnings
 
 from ..errors import ConfigError
+from ..optimizers.registry import LIGER_NEEDS_GPU, wants_liger
 
 EXTRA = 'pip install "raytrainer[liger]"'
-WHY_GPU = ("Liger's kernels are Triton kernels for CUDA GPUs; on CPUs they cannot run, and transformers' own "
-           "modules are what a CPU run uses")
-
-
-def _wanted(args) -> bool:
-    return bool(getattr(args, "use_liger_kernel", False))
-
-
-def check_args(args):
-    """At TrainingArguments construction: what the arguments alone decide."""
-    if not _wanted(args):
-        return
-    config = getattr(args, "liger_kernel_config", None)
-    if config is not None and not isinstance(config, dict):
-        raise ConfigError(f"liger_kernel_config={config!r} must be a dict of kernel names to booleans, e.g. "
-                          "{'rope': True, 'cross_entropy': False} (or None for Liger's defaults).")
-    from .registry import surely_without_gpu
-
-    if surely_without_gpu(args):
-        raise ConfigError(f"use_liger_kernel=True, but this run's workers have no GPU (use_gpu={args.use_gpu}, "
-                          f"num_workers={args.num_workers}): {WHY_GPU}. Set use_liger_kernel=False, or run on GPUs.")
 
 
 def check_run(args, use_gpu: bool, model=None):
     """In the Trainer's preflight: refused without GPUs or without the package; an unknown architecture warns."""
-    if not _wanted(args):
+    if not wants_liger(args):
         return
     if not use_gpu:
         raise ConfigError(f"use_liger_kernel=True, but this run's workers get no GPU (use_gpu is off, the cluster "
-                          f"has no GPUs, or num_workers=0 without CUDA): {WHY_GPU}. Set use_liger_kernel=False, "
-                          "or run on GPUs.")
+                          f"has no GPUs, or num_workers=0 without CUDA): {LIGER_NEEDS_GPU}. Set "
+                          "use_liger_kernel=False, or run on GPUs.")
     if importlib.util.find_spec("liger_kernel") is None:
         raise ConfigError(f"use_liger_kernel=True needs the 'liger-kernel' package, which is not installed: {EXTRA}.")
     if model is not None:
@@ -56,7 +38,7 @@ def check_run(args, use_gpu: bool, model=None):
         if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
             warnings.warn(f"use_liger_kernel=True: Liger has no kernels for model_type={model_type!r} (it patches "
                           f"{', '.join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))}); the model trains unpatched.",
-                          stacklevel=3)
+                          stacklevel=2)
 
 
 def _base_model(model):
@@ -67,7 +49,7 @@ def _base_model(model):
 
 def apply_liger_kernel(model, args):
     """On a worker, before the strategy wraps the model: patch it in place, as transformers' Trainer does."""
-    if not _wanted(args):
+    if not wants_liger(args):
         return model
     try:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
