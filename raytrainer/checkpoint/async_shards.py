@@ -23,7 +23,7 @@ from torch import nn
 
 from ..storage import join
 from .manifest import list_files
-from .sharded import MODEL_DIR, OPTIMIZER_DIR, _one_process_is_intended, _writer, shard_checksums
+from .sharded import MODEL_DIR, OPTIMIZER_DIR, dcp_writer, one_process_is_intended, shard_checksums
 
 
 class ShardGroups:
@@ -96,10 +96,10 @@ def save_sharded_async(model: nn.Module, optimizer, ckpt_url: str, storage_optio
         # the main thread's catch_warnings does not reach; one process is what we mean (as sharded.py).
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
     futures = []
-    with _one_process_is_intended():
+    with one_process_is_intended():
         for state, directory, group in parts:
             # The writer stages (copies to CPU, also from CPU: the next optimizer step changes the tensors in
             # place) before async_save returns; planning and writing happen in DCP's thread.
-            futures.append(dcp.async_save(state, storage_writer=_writer(join(ckpt_url, directory), storage_options),
+            futures.append(dcp.async_save(state, storage_writer=dcp_writer(join(ckpt_url, directory), storage_options),
                                           process_group=group, no_dist=group is None))
     return PendingShards(ckpt_url, futures, model_group, rank, world_size, storage_options)

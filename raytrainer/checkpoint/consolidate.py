@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..storage import exists, is_local, join, local_path, read_bytes
 from ..storage.upload import upload_dir
 from .manifest import is_committed
-from .sharded import MODEL_DIR, _reader, is_sharded
+from .sharded import MODEL_DIR, dcp_reader, is_sharded
 from .snapshot import MODEL_FILE
 
 CONFIG_FILE = "config.json"
@@ -59,7 +59,7 @@ def _write_safetensors(dcp_url: str, path: str, storage_options: Optional[dict])
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    metadata = _reader(dcp_url, storage_options).read_metadata()
+    metadata = dcp_reader(dcp_url, storage_options).read_metadata()
     tensors = sorted((name, meta) for name, meta in metadata.state_dict_metadata.items()
                      if isinstance(meta, TensorStorageMetadata))
     header, offset = {"__metadata__": {"format": "pt"}}, 0
@@ -77,6 +77,6 @@ def _write_safetensors(dcp_url: str, path: str, storage_options: Optional[dict])
         f.write(encoded)
         for name, meta in tensors:
             tensor = torch.empty(meta.size, dtype=meta.properties.dtype)
-            _load_state_dict({name: tensor}, storage_reader=_reader(dcp_url, storage_options),
+            _load_state_dict({name: tensor}, storage_reader=dcp_reader(dcp_url, storage_options),
                              planner=DefaultLoadPlanner(), no_dist=True)
             f.write(tensor.contiguous().view(-1).view(torch.uint8).numpy().data)

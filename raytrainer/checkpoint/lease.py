@@ -26,7 +26,8 @@ from typing import Optional
 
 from ..errors import StorageError
 from ..storage import get_fs, is_local, is_object_store, join, local_path
-from ..storage.retry import Retry, StorageFatalError, StorageLostError, bucket_lost
+from ..storage.errors import StorageFatalError, StorageLostError, bucket_lost, precondition_failed
+from ..storage.retry import Retry
 from ..verbosity import notice
 
 LEASE_NAME = ".raytrainer-lease.json"
@@ -129,7 +130,7 @@ class _Store:
                 self.fs.pipe_file(self.path, data, mode="create")
                 return True
             except (FileExistsError, OSError) as exc:
-                if _precondition_failed(exc):
+                if precondition_failed(exc):
                     return False
                 raise
         if self.fs.exists(self.path):  # no conditional write on this filesystem: check, then write
@@ -163,7 +164,7 @@ class _Store:
                 self.fs.pipe_file(self.path, data, IfMatch=token)
                 return True
             except (FileNotFoundError, OSError) as exc:
-                if isinstance(exc, FileNotFoundError) or _precondition_failed(exc):
+                if isinstance(exc, FileNotFoundError) or precondition_failed(exc):
                     return False
                 raise
         self.fs.pipe_file(self.path, data)
@@ -185,12 +186,6 @@ class _Store:
             self.fs.rm_file(self.path)
         except FileNotFoundError:
             pass
-
-
-def _precondition_failed(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__} {exc} {exc.__cause__!r}"
-    return isinstance(exc, FileExistsError) or "PreconditionFailed" in text or "412" in text or (
-        "ConditionalRequestConflict" in text)
 
 
 # --------------------------------------------------------------------------------------- the lease
@@ -223,7 +218,7 @@ class Lease:
                             "workers stop at their next checkpoint commit")
                     return
                 store.refresh(token, {**record, "heartbeat": time.time()})
-            except Exception as exc:  # noqa: BLE001 (an outage: the next beat tries again; stale takes 60 s)
+            except Exception as exc:  # noqa: BLE001 (an outage: the next beat tries again, before it goes stale)
                 notice(f"could not refresh the lease under {self.output_dir} ({type(exc).__name__}); retrying")
 
     def release(self):

@@ -22,11 +22,11 @@ from typing import Optional
 from ..data.global_batch import accumulation_to_keep
 from ..state import OWN_STATE_KEY, TrainerState
 from ..storage import basename, exists, join, read_bytes
-from ..storage.integrity import CheckpointDamagedError, check_bytes, parsing
 from ..storage.retry import DEFAULT_TIMEOUT_S, Retry
 from ..worker_context import WorkerContext
 from . import lease, manifest
 from .async_shards import ShardGroups, save_sharded_async
+from .damage import CheckpointDamagedError, check_bytes, parsing
 from .listing import TRAINER_STATE_NAME, checkpoint_name, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
 from .sharded import (

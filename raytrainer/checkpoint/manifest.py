@@ -3,7 +3,7 @@
 Object stores have no rename, so a checkpoint cannot appear atomically; instead every file is written
 first and `COMMITTED` last. The manifest lists each file with its size and checksum (format 2; format 1
 had sizes only and still loads): a listing tells a committed checkpoint whose files were later truncated or
-lost from a sound one, and a reader verifies the bytes it loads (`integrity.py`).
+lost from a sound one, and a reader verifies the bytes it loads (damage.py, with storage/integrity.py's checksums).
 
 A checkpoint with a valid manifest was committed once, whatever happened to its files since: it is never
 treated as partial (never cleaned up as a failed write), only reported as damaged.
@@ -15,6 +15,7 @@ import json
 from datetime import datetime, timezone
 
 from ..storage import get_fs, join, read_text, remove, write_text
+from ..storage.integrity import of_stream
 
 MANIFEST_NAME = "COMMITTED"
 FORMAT = 2  # 2: a "checksums" map beside the sizes
@@ -60,8 +61,6 @@ def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
 
 
 def _checksum(url: str, storage_options: dict | None) -> str:
-    from ..storage.integrity import of_stream
-
     fs, path = get_fs(url, storage_options)
     with fs.open(path, "rb") as f:
         return of_stream(f).hexdigest()

@@ -14,7 +14,7 @@ import safetensors.torch
 import torch
 
 from ..storage import exists, join, read_bytes
-from ..storage.integrity import check_bytes, parsing
+from .damage import check_bytes, parsing
 from .snapshot import MODEL_FILE, MODEL_INDEX_FILE
 
 

@@ -3,7 +3,8 @@
 `resolve` runs on the driver, before any actor starts: a damaged checkpoint (a file missing, truncated, or
 changed since it was committed) is refused with an error naming the file and the checkpoint. Only with
 `resume_from_checkpoint=True` does the run fall back to the newest intact checkpoint, and it says so on the
-console. A damaged checkpoint is never deleted (see listing.remove_partial); it stays as evidence.
+console. A damaged checkpoint is never deleted (see listing.remove_partial); it stays as evidence. What
+counts as damage is damage.py's (`verify`).
 """
 
 from __future__ import annotations
@@ -11,37 +12,11 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from ..errors import ConfigError
-from ..storage import absolute_if_local, basename, get_fs, join
-from ..storage.integrity import CheckpointDamagedError, algorithm_of, of_stream
+from ..storage import absolute_if_local, basename
 from ..verbosity import notice
+from .damage import CheckpointDamagedError, verify
 from .listing import checkpoint_dirs
-from .manifest import MANIFEST_NAME, list_files, read_manifest, size_problem
-
-
-def verify(ckpt_url: str, storage_options: Optional[dict] = None, manifest: Optional[dict] = None,
-           full: bool = True) -> Optional[CheckpointDamagedError]:
-    """The damage found in a committed checkpoint, or None when intact. Sizes come from one listing; with
-    `full`, every file with a recorded checksum is read (streamed) and checked. A manifest written before
-    checksums existed is checked by size only."""
-    manifest = manifest or read_manifest(ckpt_url, storage_options)
-    if manifest is None:
-        return CheckpointDamagedError(ckpt_url, MANIFEST_NAME, "missing or unreadable")
-    problem = size_problem(manifest, list_files(ckpt_url, storage_options))
-    if problem is not None:
-        return CheckpointDamagedError(ckpt_url, *problem)
-    if not full:
-        return None
-    for name, expected in sorted((manifest.get("checksums") or {}).items()):
-        algorithm = algorithm_of(expected)
-        if algorithm is None:  # taken with an algorithm this version does not know: sizes were checked
-            continue
-        fs, path = get_fs(join(ckpt_url, name), storage_options)
-        with fs.open(path, "rb") as f:
-            found = of_stream(f, algorithm).hexdigest()
-        if found != expected:
-            return CheckpointDamagedError(ckpt_url, name, f"its content changed since it was committed (checksum "
-                                          f"{found}, committed {expected})")
-    return None
+from .manifest import read_manifest
 
 
 def resolve(output_dir: str, requested: Union[str, bool, None],

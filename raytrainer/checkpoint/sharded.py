@@ -20,7 +20,8 @@ from typing import Optional
 
 from torch import nn
 
-from ..storage import exists, get_fs, join
+from ..storage import exists, fsspec_options, get_fs, is_local, join, local_path
+from ..storage.integrity import ALGORITHM, algorithm_of, of_stream
 
 MODEL_DIR = "pytorch_model_fsdp_0"
 OPTIMIZER_DIR = "optimizer_0"
@@ -44,8 +45,6 @@ def shard_checksums(ckpt_url: str, files: dict, rank: int, world_size: int,
     """Checksums of this rank's share of the DCP files under `ckpt_url` (those it wrote): DCP writes them
     itself, so they are read back once, each rank its own, in parallel. `algorithms`: {file: algorithm} to
     check a committed manifest's (default: the current one)."""
-    from ..storage.integrity import ALGORITHM, of_stream
-
     checksums = {}
     for name in sorted(files):
         if name.startswith((MODEL_DIR + "/", OPTIMIZER_DIR + "/")) and _owner(name, world_size) == rank:
@@ -60,8 +59,6 @@ def shard_damage(ckpt_url: str, manifest: Optional[dict], rank: int, world_size:
     """(file, problem) for the first of this rank's share of DCP files whose checksum differs from the
     manifest's; None when they match (or the manifest has no checksums). DCP reads byte ranges itself, so the
     files are checked before it loads them."""
-    from ..storage.integrity import algorithm_of
-
     expected = {name: value for name, value in ((manifest or {}).get("checksums") or {}).items()
                 if algorithm_of(value) is not None}
     found = shard_checksums(ckpt_url, {name: 0 for name in expected}, rank, world_size, storage_options,
@@ -82,39 +79,29 @@ def strategy_mismatch(what: str, sharded_strategy: bool) -> str:
             "model.safetensors with `raytrainer consolidate` and start a new run from those weights.")
 
 
-def _writer(url: str, storage_options: Optional[dict]):
+def dcp_writer(url: str, storage_options: Optional[dict]):
+    """DCP's storage writer for `url`: the local one on local disk, else fsspec's, opened with the options of
+    every other storage access (storage.fsspec_options: other ranks' files must be visible at once)."""
     from torch.distributed.checkpoint import FileSystemWriter
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-    from ..storage import is_local, local_path
-
     if is_local(url):
         return FileSystemWriter(local_path(url), single_file_per_rank=True, sync_files=True)
-    return FsspecWriter(url, single_file_per_rank=True, **_fs_options(url, storage_options))
+    return FsspecWriter(url, single_file_per_rank=True, **fsspec_options(url, storage_options))
 
 
-def _reader(url: str, storage_options: Optional[dict]):
+def dcp_reader(url: str, storage_options: Optional[dict]):
+    """DCP's storage reader for `url` (see dcp_writer)."""
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-    from ..storage import is_local, local_path
-
     if is_local(url):
         return FileSystemReader(local_path(url))
-    return FsspecReader(url, **_fs_options(url, storage_options))
-
-
-def _fs_options(url: str, storage_options: Optional[dict]) -> dict:
-    from ..storage import S3_PROTOCOLS, protocol
-
-    options = dict(storage_options or {})
-    if protocol(url) in S3_PROTOCOLS:  # as storage.get_fs: other ranks' files must be visible at once
-        options.setdefault("use_listings_cache", False)
-    return options
+    return FsspecReader(url, **fsspec_options(url, storage_options))
 
 
 @contextlib.contextmanager
-def _one_process_is_intended():
+def one_process_is_intended():
     """DCP warns when it runs without a process group; for num_workers=0 that is what we mean."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -123,7 +110,7 @@ def _one_process_is_intended():
 
 def save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict] = None):
     """Collective: every rank writes its shards of the model (and the optimizer, when given)."""
-    with _one_process_is_intended():
+    with one_process_is_intended():
         _save_sharded(model, optimizer, ckpt_url, storage_options)
 
 
@@ -131,15 +118,15 @@ def _save_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: O
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-    dcp.save(get_model_state_dict(model), storage_writer=_writer(join(ckpt_url, MODEL_DIR), storage_options))
+    dcp.save(get_model_state_dict(model), storage_writer=dcp_writer(join(ckpt_url, MODEL_DIR), storage_options))
     if optimizer is not None:
         state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-        dcp.save(state, storage_writer=_writer(join(ckpt_url, OPTIMIZER_DIR), storage_options))
+        dcp.save(state, storage_writer=dcp_writer(join(ckpt_url, OPTIMIZER_DIR), storage_options))
 
 
 def load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: Optional[dict] = None):
     """Collective: load this rank's part of the model (and optimizer) state, whatever world size wrote it."""
-    with _one_process_is_intended():
+    with one_process_is_intended():
         _load_sharded(model, optimizer, ckpt_url, storage_options)
 
 
@@ -154,7 +141,7 @@ def _load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: O
 
     model_state = get_model_state_dict(model)
     try:
-        dcp.load(model_state, storage_reader=_reader(join(ckpt_url, MODEL_DIR), storage_options))
+        dcp.load(model_state, storage_reader=dcp_reader(join(ckpt_url, MODEL_DIR), storage_options))
     except Exception as exc:  # DCP names missing keys / shape mismatches; say which checkpoint and model
         raise RuntimeError(f"Checkpoint {ckpt_url} does not match the model ({type(model).__name__}): {exc}") \
             from exc
@@ -163,5 +150,5 @@ def _load_sharded(model: nn.Module, optimizer, ckpt_url: str, storage_options: O
         # A fresh optimizer has no state yet: get_optimizer_state_dict creates it (a zero-lr step), so DCP has
         # tensors of the right shape and sharding to load into.
         state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-        dcp.load(state, storage_reader=_reader(join(ckpt_url, OPTIMIZER_DIR), storage_options))
+        dcp.load(state, storage_reader=dcp_reader(join(ckpt_url, OPTIMIZER_DIR), storage_options))
         set_optimizer_state_dict(model, optimizer, state["optimizer"])

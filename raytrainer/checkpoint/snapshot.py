@@ -96,11 +96,11 @@ _CRC_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def without_zip_crc32():
-    """torch.save computes a CRC32 of every record of its zip file: 0.12 s of a 0.29 s save of 256 MiB of
-    optimizer state here, against 0.18 s for a plain write of its bytes. Our manifest already holds a
-    checksum of the whole file, verified before a resume, so ours are saved without it (torch.load reads
-    such files as any other). The setting is process-wide: a torch.save of another thread meanwhile also
-    writes its file without the zip CRC32s, which torch.load reads all the same."""
+    """torch.save computes a CRC32 of every record of its zip file, a large part of the cost of saving an
+    optimizer state (figures: benchmarks/README.md). Our manifest already holds a checksum of the whole file,
+    verified before a resume, so ours are saved without it (torch.load reads such files as any other). The
+    setting is process-wide: a torch.save of another thread meanwhile also writes its file without the zip
+    CRC32s, which torch.load reads all the same."""
     from torch.utils.serialization import config
 
     with _CRC_LOCK:

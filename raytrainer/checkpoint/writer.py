@@ -19,12 +19,13 @@ import threading
 from typing import Callable, Optional
 
 from ..storage import basename, exists, get_fs, is_local, join, local_path
+from ..storage.errors import StorageFatalError, StorageLostError, fatal_error
 from ..storage.integrity import of_local_file
-from ..storage.retry import Retry, StorageFatalError, StorageLostError, fatal_error
+from ..storage.retry import Retry
 from ..storage.upload import local_files, upload_dir
 from . import manifest, retention
+from .damage import verify
 from .listing import checkpoint_name
-from .resume import verify
 from .snapshot import Snapshot
 
 

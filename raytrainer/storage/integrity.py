@@ -1,19 +1,18 @@
-"""Checksums of checkpoint files: taken as the bytes are written, checked as they are read (principle 2).
+"""Checksums, taken as the bytes are written or uploaded and checked as they are read (principle 2).
 
-xxh3 (64 bit, the `xxhash` package, which `datasets` already depends on): about 6.6 GB/s on one core here,
-8x zlib's crc32 (0.8 GB/s), whose cost was most of the gap between a checkpoint write and a plain write of
-the same bytes (benchmarks/checkpoint.py). It guards against storage damage (bit rot, a torn or truncated
-upload, a stray overwrite), not against an adversary. A checksum is stored as "<algorithm>:<hex digits>";
-manifests written with "crc32:..." still verify, each file with the algorithm its manifest names.
+xxh3 (64 bit, the `xxhash` package, which `datasets` already depends on), chosen over zlib's crc32 for its
+speed: crc32's cost was most of the gap between a checkpoint write and a plain write of the same bytes
+(`benchmarks/checkpoint.py`; the figures are in benchmarks/README.md). It guards against storage damage (bit
+rot, a torn or truncated upload, a stray overwrite), not against an adversary. A checksum is stored as
+"<algorithm>:<hex digits>"; one taken with "crc32:..." still verifies, with the algorithm it names.
+
+What a checksum is compared with (a checkpoint's manifest) is the checkpoint package's: checkpoint/damage.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import zlib
 from typing import Optional
-
-from ..errors import StorageError
 
 try:
     import xxhash
@@ -29,23 +28,6 @@ def algorithm_of(expected: str) -> Optional[str]:
     """The algorithm a stored checksum was taken with; None for one this version cannot compute."""
     name = expected.split(":", 1)[0]
     return name if name in KNOWN and (name != "xxh3" or xxhash is not None) else None
-
-
-class CheckpointDamagedError(StorageError):
-    """A committed checkpoint whose files no longer match its manifest, or cannot be parsed. Retrying cannot
-    help: the run fails once (`fatal`), and the checkpoint is left in place as evidence."""
-
-    fatal = True
-
-    def __init__(self, ckpt_url: str, name: str, problem: str, hint: Optional[str] = None):
-        self.ckpt_url, self.name, self.problem, self.hint = ckpt_url, name, problem, hint
-        hint = hint or ("It is left in place, unchanged. Resume from an older checkpoint (a path, or "
-                        "resume_from_checkpoint=True, which falls back to the newest intact one), or restore the "
-                        "file from a copy.")
-        super().__init__(f"Checkpoint {ckpt_url} is damaged: {name}: {problem}. {hint}")
-
-    def __reduce__(self):  # raised on a worker, unpickled on the driver: rebuilt from the same arguments
-        return type(self), (self.ckpt_url, self.name, self.problem, self.hint)
 
 
 class Checksum:
@@ -106,32 +88,3 @@ class HashingFile:
 
     def flush(self) -> None:
         self.raw.flush()
-
-
-def check_bytes(ckpt_url: str, name: str, data: bytes, manifest: Optional[dict]) -> None:
-    """Raise `CheckpointDamagedError` when `data`, read from `name`, differs from what the manifest recorded.
-    A manifest without checksums (written before they existed) is checked by size only."""
-    if manifest is None:
-        return
-    expected_size = manifest["files"].get(name)
-    if expected_size is not None and expected_size != len(data):
-        raise CheckpointDamagedError(ckpt_url, name, f"{len(data)} bytes, but {expected_size} were committed")
-    expected = (manifest.get("checksums") or {}).get(name)
-    algorithm = algorithm_of(expected) if expected is not None else None
-    if algorithm is not None and of_bytes(data, algorithm) != expected:
-        raise CheckpointDamagedError(ckpt_url, name, f"its content changed since it was committed (checksum "
-                                     f"{of_bytes(data, algorithm)}, committed {expected})")
-
-
-@contextlib.contextmanager
-def parsing(ckpt_url: str, name: str):
-    """Name the file and the checkpoint when a file cannot be parsed (a damaged header in a checkpoint without
-    checksums gives `SafetensorError: header too large`, `UnpicklingError`, `JSONDecodeError`...)."""
-    try:
-        yield
-    except CheckpointDamagedError:
-        raise
-    except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError):
-        raise  # storage problems, not damage: described elsewhere
-    except Exception as exc:  # noqa: BLE001 (every parser has its own error types)
-        raise CheckpointDamagedError(ckpt_url, name, f"cannot be read ({type(exc).__name__}: {exc})") from exc

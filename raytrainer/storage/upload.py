@@ -1,7 +1,7 @@
 """Copy a local directory to remote storage one file at a time, checksumming the bytes as they go.
 
 Not `fs.put(recursive=True)`: s3fs's recursive put calls `makedirs` for the target, which creates a
-missing bucket. A run whose bucket vanished must stop with a clear error (`retry.StorageLostError`), never
+missing bucket. A run whose bucket vanished must stop with a clear error (`errors.StorageLostError`), never
 write into a fresh, empty bucket and restart from step 0. A per-file write into a missing bucket fails
 with NoSuchBucket instead. Reading each staged file once, for the upload and the checksum together, keeps
 the checksum free of a second read.
@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from . import get_fs, join
+from .files import get_fs
 from .integrity import CHUNK, Checksum
 from .retry import Retry
+from .urls import join
 
 
 def upload_file(local_file: str, url: str, storage_options: Optional[dict] = None) -> str:

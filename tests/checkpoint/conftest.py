@@ -1,36 +1,14 @@
-"""Each storage test runs twice: on a local directory and on a real S3 API (moto on loopback)."""
+"""Checkpoint fixtures. Each test that takes `store` runs twice: on a local directory and on a real S3 API (moto
+on loopback); the fixture is storage's (tests/storage/stores.py)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pytest
 
-from raytrainer import storage
 from raytrainer.checkpoint import manifest
-
-
-@dataclass
-class Store:
-    url: str  # the run directory (output_dir), not created yet
-    options: dict | None
-
-    def join(self, *parts: str) -> str:
-        return storage.join(self.url, *parts)
-
-    def write(self, relative: str, data: bytes) -> str:
-        url = self.join(relative)
-        storage.write_bytes(url, data, self.options)
-        return url
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request, tmp_path) -> Store:
-    if request.param == "local":
-        return Store(str(tmp_path / "run"), None)
-    bucket = request.getfixturevalue("s3_bucket")
-    return Store(bucket + "/run", request.getfixturevalue("s3_server").storage_options)
+from tests.storage.stores import Store, store  # noqa: F401  (fixture)
 
 
 def trainer_state(step: int, eval_loss: float | None = None, best: str | None = None) -> dict:
@@ -44,16 +22,16 @@ def trainer_state(step: int, eval_loss: float | None = None, best: str | None = 
 
 @pytest.fixture
 def make_checkpoint():
-    """Write checkpoint-<step> under a store: a weights file and trainer_state.json, committed or not."""
+    """Write checkpoint-<step> under a store (`run`): a weights file and trainer_state.json, committed or not."""
 
-    def make(store: Store, step: int, committed: bool = True, eval_loss: float | None = None,
+    def make(run: Store, step: int, committed: bool = True, eval_loss: float | None = None,
              best: str | None = None) -> str:
-        url = store.join(f"checkpoint-{step}")
-        store.write(f"checkpoint-{step}/model.safetensors", bytes(100 + step))
-        store.write(f"checkpoint-{step}/trainer_state.json",
-                    json.dumps(trainer_state(step, eval_loss, best)).encode())
+        url = run.join(f"checkpoint-{step}")
+        run.write(f"checkpoint-{step}/model.safetensors", bytes(100 + step))
+        run.write(f"checkpoint-{step}/trainer_state.json",
+                  json.dumps(trainer_state(step, eval_loss, best)).encode())
         if committed:
-            manifest.commit(url, step, store.options)
+            manifest.commit(url, step, run.options)
         return url
 
     return make

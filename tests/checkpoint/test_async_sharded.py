@@ -50,10 +50,10 @@ class FailsMidWrite(Trainer):
     worker processes may serve later tests: the patch only acts under this run's output_dir."""
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        patched = async_shards._writer
+        patched = async_shards.dcp_writer
         if self.ctx.rank == 1 and getattr(patched, "output_dir", None) != self.args.output_dir:
             original = getattr(patched, "original", patched)  # a kept worker may hold an earlier test's patch
-            async_shards._writer = _failing(original, self.args.output_dir, self.marker, self.how)
+            async_shards.dcp_writer = _failing(original, self.args.output_dir, self.marker, self.how)
         return super().training_step(model, inputs, num_items_in_batch)
 
 

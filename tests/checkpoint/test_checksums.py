@@ -1,24 +1,17 @@
-"""Checksums: xxh3 for new checkpoints; manifests written with crc32 (before xxh3) still verify, each file with
-the algorithm its manifest names; an algorithm this version does not know is passed over (sizes still count)."""
+"""A file's bytes against its manifest (checkpoint/damage.py's check_bytes): manifests written with crc32 (before
+xxh3) still verify, each file with the algorithm its manifest names; an algorithm this version does not know is
+passed over (sizes still count). That new checksums are xxh3: tests/storage/test_integrity.py."""
 
 import zlib
 
 import pytest
 
-from raytrainer.storage.integrity import ALGORITHM, CheckpointDamagedError, HashingFile, check_bytes, of_bytes
+from raytrainer.checkpoint.damage import CheckpointDamagedError, check_bytes
+from raytrainer.storage.integrity import of_bytes
 
 
 def manifest(name, data, checksum):
     return {"format": 2, "step": 1, "files": {name: len(data)}, "checksums": {name: checksum}}
-
-
-def test_new_checksums_are_xxh3_and_taken_as_the_bytes_are_written(tmp_path):
-    assert ALGORITHM == "xxh3" and of_bytes(b"abc").startswith("xxh3:")
-    with open(tmp_path / "f", "wb") as raw:
-        hashing = HashingFile(raw)
-        hashing.write(b"ab")
-        hashing.write(memoryview(b"c"))
-    assert hashing.checksum.hexdigest() == of_bytes(b"abc") == of_bytes((tmp_path / "f").read_bytes())
 
 
 @pytest.mark.parametrize("algorithm", ["xxh3", "crc32"])

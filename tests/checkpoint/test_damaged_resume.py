@@ -10,7 +10,7 @@ import os
 import pytest
 
 from raytrainer.checkpoint import listing, manifest, resume
-from raytrainer.storage.integrity import CheckpointDamagedError
+from raytrainer.checkpoint.damage import CheckpointDamagedError
 from tests.models import assert_same_weights, weights
 from tests.resume_script import SlowTrainer, TokenData, make_model, training_args
 

@@ -14,11 +14,12 @@ import torch
 
 from raytrainer import storage
 from raytrainer.checkpoint import listing, manifest, resume
+from raytrainer.checkpoint.damage import CheckpointDamagedError
 from raytrainer.checkpoint.model_io import load_model_state, save_model_files
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
 from raytrainer.checkpoint.writer import clear_leftover, write_snapshot
 from raytrainer.errors import ConfigError
-from raytrainer.storage.integrity import CheckpointDamagedError, of_bytes
+from raytrainer.storage.integrity import of_bytes
 from raytrainer.storage.retry import Retry
 from tests.models import make_model
 
@@ -56,7 +57,7 @@ def test_every_committed_file_has_the_checksum_of_its_bytes(store):
 
 
 def test_state_files_leave_torchs_zip_crc32_to_our_checksum_and_load_as_any(store):
-    """torch.save's per-record CRC32 cost 40 % of saving an optimizer state: ours are written without it (the
+    """torch.save's per-record CRC32 is a large part of saving an optimizer state: ours are written without it (the
     manifest's checksum of the whole file is verified instead), and torch's setting is back after the save."""
     from torch.utils.serialization import config
 

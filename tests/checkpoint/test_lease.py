@@ -14,7 +14,7 @@ import pytest
 
 from raytrainer import storage
 from raytrainer.checkpoint import lease
-from raytrainer.storage.retry import StorageLostError
+from raytrainer.storage.errors import StorageLostError
 
 
 def _plant(store, run_id: str, pid: int, heartbeat: float, host: str | None = None):

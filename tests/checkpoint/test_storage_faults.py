@@ -16,9 +16,10 @@ from raytrainer.checkpoint.model_io import save_model_files
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
 from raytrainer.checkpoint.writer import CheckpointWriter, write_snapshot
 from raytrainer.errors import StorageError
-from raytrainer.storage.retry import Retry, StorageFatalError, StorageLostError
-from tests.checkpoint.faults import OutageProxy, bucket_exists, delete_bucket, empty_bucket, small_disk
+from raytrainer.storage.errors import StorageFatalError, StorageLostError
+from raytrainer.storage.retry import Retry
 from tests.models import make_model
+from tests.storage.faults import OutageProxy, bucket_exists, delete_bucket, empty_bucket, small_disk
 
 
 def _snapshot(step: int, extra_bytes: int = 0):

@@ -16,10 +16,10 @@ import pytest
 
 from raytrainer import Trainer, TrainerCallback
 from raytrainer.checkpoint import lease, listing, resume
-from raytrainer.storage.retry import StorageLostError
-from tests.checkpoint.faults import OutageProxy, bucket_exists, delete_bucket, empty_bucket
+from raytrainer.storage.errors import StorageLostError
 from tests.models import assert_same_weights, weights
 from tests.resume_script import SlowTrainer, TokenData, make_model, training_args
+from tests.storage.faults import OutageProxy, bucket_exists, delete_bucket, empty_bucket
 from tests.support import ROOT
 
 
