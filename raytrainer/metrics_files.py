@@ -11,7 +11,9 @@ from .checkpoint.listing import TRAINER_STATE_NAME
 from .storage import exists, join, read_text, write_text
 
 
-class ResultsMixin:
+class MetricsFilesMixin:
+    """The Trainer's log_metrics / save_metrics / save_state, gated on process zero as HF's are."""
+
     def is_world_process_zero(self) -> bool:
         """True on the driver and on rank 0 (on the workers the hooks run with their own rank)."""
         return self.ctx.rank == 0

@@ -16,6 +16,11 @@ its handle.
     driver    → request_stop(reason); rank 0 → wait_stop ⇐ reason | None     Ctrl-C
     driver    → wait_events(timeout) ⇐ [Event | ControlRequest | ResultReady | Failure | JobFailed | Stall]
 
+Inside a Job's payload travels the pickled pair (trainer, work order): a `TrainOrder`, `EvaluateOrder` or
+`PredictOrder` (`transfer.pack_job`, read by `worker/entry.py`). Rank 0's result is a `TrainResult`,
+`EvaluateResult` or `PredictResult`; no dict travels between the driver and the workers but the user's own
+values (metrics, callback states, a trainer_state.json record).
+
 The driver reads the queue in arrival order; a message with another job's id is a finished job's straggler
 and is dropped (a Stall is told whatever its job). Everything here is a frozen dataclass with slots: Ray
 pickles each one, and a plain class with a few fields costs about what the dict it replaces did.
@@ -28,7 +33,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 
 class Kind(enum.Enum):
@@ -71,7 +76,7 @@ ERROR = "error"
 # ---------------------------------------------------------------------------------------- driver → workers
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A job on the board. `payload`: the pickled (trainer, work order) of `transfer.pack`, `data`: the object
+    """A job on the board. `payload`: the pickled (trainer, work order) of `transfer.pack_job`, `data`: the object
     ref of its arrays, `code`: the driver's import path and modules (`code_paths.DriverCode`), `taken_at`: when
     rank 0 took it (`time.time()` of the sink, on the driver's node: the end of `group start` in startup.py)."""
     id: str
@@ -102,6 +107,109 @@ class Decision:
     flags: Mapping[str, bool] = field(default_factory=dict)
     states: Mapping[str, Any] = field(default_factory=dict)
     kind: ClassVar[Kind] = Kind.DECISION
+
+
+# ---------------------------------------------------------------------------------------- work orders
+@dataclass(frozen=True, slots=True)
+class LogLevels:
+    """The log level of each worker, decided on the driver (`verbosity.worker_level`): rank 0's, and the other
+    ranks' (HF's log_level and log_level_replica). None leaves a worker's logging as it is."""
+    rank0: Optional[str] = None
+    replica: Optional[str] = None
+
+    def for_rank(self, rank: int) -> Optional[str]:
+        return self.rank0 if rank == 0 else self.replica
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkOrder:
+    """What a job asks of the workers, pickled with the trainer. Every order carries the driver's callback
+    set-up: the events after which rank 0 waits for the driver's decision (`control_points`), the callbacks
+    that run on every rank (`rank_callbacks`, pickled here: the trainer travels without its callbacks) and
+    the workers' log levels. `job_kind` names the call (the `Job` that carries the order has the same)."""
+    control_points: FrozenSet[str] = frozenset()
+    rank_callbacks: Tuple[Any, ...] = ()
+    log_levels: LogLevels = LogLevels()
+    job_kind: ClassVar[JobKind]
+
+    def __post_init__(self):
+        if not isinstance(self.control_points, frozenset):
+            object.__setattr__(self, "control_points", frozenset(self.control_points))
+        if not isinstance(self.rank_callbacks, tuple):
+            object.__setattr__(self, "rank_callbacks", tuple(self.rank_callbacks))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainOrder(WorkOrder):
+    """`train()`: `run_id` names this run (its checkpoints' lease, trainer_state.json); `resume_from` is the
+    committed checkpoint the driver chose (None: this run's newest, if a restarted group finds one)."""
+    run_id: str
+    resume_from: Optional[str] = None
+    job_kind: ClassVar[JobKind] = JobKind.TRAIN
+
+    def __post_init__(self):
+        WorkOrder.__post_init__(self)
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise ValueError(f"a TrainOrder needs a run id, got {self.run_id!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatasetOrder(WorkOrder):
+    """A pass over one dataset: `dataset` (a Ray Dataset travels as a `data/ray_data.RayDataRef`), the
+    metrics' `prefix`, and the output keys that are no predictions (`ignore_keys`, as the user gave them)."""
+    dataset: Any
+    prefix: str
+    ignore_keys: Optional[Sequence[str]] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluateOrder(DatasetOrder):
+    """`evaluate()` on one dataset (a dict of eval datasets is one order per dataset)."""
+    job_kind: ClassVar[JobKind] = JobKind.EVALUATE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PredictOrder(DatasetOrder):
+    """`predict()`: the predictions are kept and returned, not only the metrics."""
+    job_kind: ClassVar[JobKind] = JobKind.PREDICT
+
+
+# ---------------------------------------------------------------------------------------- results
+# How a train job ended early: Ctrl-C on the driver (train() raises KeyboardInterrupt), or a preemption at the
+# last step (a preemption before it hands over to Ray Train, which restarts the group: no result).
+STOPPED = (None, "interrupt", "preemption")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """Rank 0's result of a train job. `state`: trainer_state.json's text; `model_state`: the trained weights,
+    a state dict on the worker, `transfer.SharedState` once put into the object store (`worker/entry.py`), None
+    once the driver copied them into its model; `train_output`: a `state.TrainOutput`; `stopped`: see STOPPED."""
+    state: str
+    model_state: Any
+    train_output: Any
+    stopped: Optional[str] = None
+
+    def __post_init__(self):
+        if self.stopped not in STOPPED:
+            raise ValueError(f"stopped={self.stopped!r}: one of {STOPPED}")
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C: every rank saved at one step boundary and the run ended."""
+        return self.stopped == "interrupt"
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluateResult:
+    """Rank 0's result of an evaluate job: the metrics, already prefixed (`eval_loss`, ...)."""
+    metrics: Dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PredictResult:
+    """Rank 0's result of a predict job: a `state.PredictionOutput` (predictions, label ids, metrics)."""
+    prediction: Any
 
 
 # ---------------------------------------------------------------------------------------- workers → driver

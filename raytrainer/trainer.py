@@ -1,12 +1,18 @@
 """`Trainer`: the driver-side API. Hugging Face's constructor and methods; the work runs on Ray.
 
-`train()`, `evaluate()` and `predict()` validate everything here, then ship the trainer (with any user
-subclass) to a Ray Train worker group, or run the same code in this process when num_workers=0. The hooks
-that run on the workers are inherited from `WorkerHooks`.
+`train()`, `evaluate()` and `predict()` check everything here (`preflight/`), then ship the trainer (with any
+user subclass) and a work order (`protocol.TrainOrder`, `EvaluateOrder`, `PredictOrder`) to a Ray Train worker
+group, or run the same code in this process when num_workers=0; rank 0's result comes back typed
+(`protocol.TrainResult`, ...). The hooks that run on the workers are inherited from `WorkerHooks`.
+
+What the other layers see of a Trainer: the coordinator gets its arguments, callback handler and
+`holders.PoolUser` (its last worker group) as arguments of `dispatch.run`; the training loop reaches it through
+its HF attributes and hooks, and sets `micro_step` and `training_run` while it runs (`worker/run_link.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import uuid
@@ -14,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
-from . import launch_guard, preflight, storage
+from . import preflight, storage, transfer
 from .arguments.training_args import TrainingArguments
 from .callbacks.base import CallbackHandler, TrainerCallback
 from .callbacks.progress import PrinterCallback, ProgressCallback
@@ -25,11 +31,12 @@ from .checkpoint.listing import read_trainer_state
 from .checkpoint.model_io import load_into, save_model_files
 from .coordinator import cluster, dispatch, holders
 from .data import ray_data
-from .errors import ConfigError, StorageError
+from .errors import ConfigError
 from .hub import push as hub
 from .hub.model_card import ModelCardMixin
-from .metrics_files import ResultsMixin
-from .protocol import JobKind
+from .metrics_files import MetricsFilesMixin
+from .protocol import EvaluateOrder, LogLevels, PredictOrder, TrainOrder, TrainResult, WorkOrder
+from .startup import Startup
 from .state import PredictionOutput, TrainerState, TrainOutput
 from .storage.upload import upload_dir
 from .verbosity import quiet_driver, worker_level
@@ -37,7 +44,7 @@ from .worker.hooks import WorkerHooks
 from .worker_context import WorkerContext
 
 
-class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
+class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,
                  eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,
@@ -45,7 +52,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
                  compute_loss_func: Optional[Callable] = None, compute_metrics: Optional[Callable] = None,
                  callbacks: Optional[list] = None, optimizers=(None, None),
                  preprocess_logits_for_metrics: Optional[Callable] = None):
-        launch_guard.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
+        preflight.launchers.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
         if model is None and model_init is None:
             raise ConfigError("Trainer needs a model: pass model=... or model_init=<a function returning one>.")
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -73,8 +80,8 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         for callback in callbacks or []:
             self.add_callback(callback)
         self.callback_handler.context = {"model": model, "processing_class": processing_class}
-        self._group = None  # the worker group of the last call, from the process's pool (coordinator/holders.py)
-        self._created_at = _caller_site()
+        # The worker group of the last call, from the process's pool, and how the groups name this Trainer.
+        self._pool_user = holders.PoolUser(owner=f"the Trainer created at {_caller_site()}")
         self.callback_handler.handle({"kind": "init_end"})
 
     # ------------------------------------------------------------------ callbacks (HF API)
@@ -94,7 +101,7 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
     # ------------------------------------------------------------------ pickling to the workers
     def __getstate__(self):
         state = self.__dict__.copy()
-        for name in preflight.DRIVER_ONLY + hub.DRIVER_ONLY:  # callbacks run on the driver, from the event stream
+        for name in transfer.DRIVER_ONLY + hub.DRIVER_ONLY:  # callbacks run on the driver, from the event stream
             state.pop(name, None)
         return state
 
@@ -107,10 +114,12 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         Trainer has used it since; a later call takes another idle group or starts a new one. Also done by
         `with Trainer(...) as trainer:`. Without it, the group stays in the process's pool for the next call
         of any Trainer, until worker_idle_timeout_s without a call or interpreter exit (coordinator/holders.py)."""
-        if self._group is not None:
-            if holders.user_of(self._group) in (self, None):  # not when another Trainer took it since
-                holders.release(self._group)
-            self._group = None
+        self._pool_user.release()
+
+    @property
+    def _group(self):
+        """The worker group of the last call (None before any, and after close())."""
+        return self._pool_user.group
 
     def __enter__(self) -> "Trainer":
         return self
@@ -124,37 +133,41 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         if kwargs:
             raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
         args = self.args
-        preflight.check_inputs(self, training=True)
+        startup = Startup()  # train()'s start-up timeline: logged at the first step, kept in the state (startup.py)
+        preflight.inputs.check_train_inputs(self)
         hub.check_reachable(self)  # push_to_hub: the repository exists and we may write it, before any worker
         if self._reads_ray_data():  # the loss check below reads two rows of it (other inputs need no Ray yet)
             self._connect(*self._datasets())
-        preflight.check_loss(self, self.train_dataset, "train_dataset")
-        self._connect_and_check_storage()
+        startup.loss_check_s = preflight.loss.check_loss(self, self.train_dataset, "train_dataset")
+        self._connect()
+        use_gpu = self._use_gpu()  # the cluster's GPUs (Ray connected), or CUDA here for num_workers=0
+        preflight.placement.check_placement(args, use_gpu, self._reads_ray_data())
+        preflight.placement.check_output_dir(args)
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
                                           else args.resume_from_checkpoint)
         # The checkpoint's trainer_state.json, read once: preflight checks its global batch, callbacks restore from it.
         resume_state = None if resume_url is None else read_trainer_state(resume_url, args.storage_options) or {}
-        preflight.check_strategy_and_precision(self, self._use_gpu(), resume_url, resume_state)
+        preflight.strategy.check_strategy_and_precision(self, use_gpu, resume_url, resume_state)
         if resume_url is not None and args.restore_callback_states_from_checkpoint:
             restore_states(self.callback_handler, resume_state.get("stateful_callbacks") or {})
         run_id = uuid.uuid4().hex[:12]
-        job = {"kind": JobKind.TRAIN.value, "run_id": run_id, "resume_from": resume_url}
         self.state = TrainerState()
         self.callback_handler.state = self.state
         # One writer per output_dir: taken before any actor starts, released when the run ends (lease.py).
         with lease.acquire(args.output_dir, run_id, args.storage_options), hub.checkpoint_pushes(self):
-            result = self._run(job, receive=self._receive_trained_weights)
-        self.state = TrainerState.from_json_string(result["state"])
+            order = TrainOrder(run_id=run_id, resume_from=resume_url, **self._worker_settings())
+            result = self._run(order, receive=self._receive_trained_weights, startup=startup)
+        self.state = TrainerState.from_json_string(result.state)
         self.callback_handler.state = self.state
-        if result.get("stopped") == "interrupt":  # Ctrl-C: the run saved at a step boundary and ended
+        if result.interrupted:  # Ctrl-C: the run saved at a step boundary and ended
             print(f"[raytrainer] stopped at step {self.state.global_step} with a committed checkpoint; "
                   "train(resume_from_checkpoint=True) continues", flush=True)
             raise KeyboardInterrupt
-        return result["train_output"]
+        return result.train_output
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
-        if self._loop is not None:  # inside a run on a worker: the loop's evaluation (an override's super())
-            return self._loop.evaluate_here(eval_dataset, ignore_keys, metric_key_prefix)
+        if self.training_run is not None:  # inside a run on a worker: the loop's evaluation (an override's super())
+            return self.training_run.evaluate_here(eval_dataset, ignore_keys, metric_key_prefix)
         dataset = self.eval_dataset if eval_dataset is None else eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval dataset: pass Trainer(eval_dataset=...) or "
@@ -162,23 +175,23 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         datasets = dataset if isinstance(dataset, dict) else {None: dataset}
         metrics = {}
         for name, ds in datasets.items():
-            preflight.check_dataset(ds, "eval_dataset")
+            preflight.inputs.check_dataset(ds, "eval_dataset")
             prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
             self._connect(ds)
-            result = self._run({"kind": JobKind.EVALUATE.value, "dataset": ds, "prefix": prefix,
-                                "ignore_keys": ignore_keys})
-            metrics.update(result["metrics"])
+            result = self._run(EvaluateOrder(dataset=ds, prefix=prefix, ignore_keys=ignore_keys,
+                                             **self._worker_settings()))
+            metrics.update(result.metrics)
         # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
         self.log(metrics)  # on the driver: to its callbacks and log_history (an override of `log` sees it)
         self.callback_handler.handle({"kind": "evaluate", "metrics": metrics})
         return metrics
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> PredictionOutput:
-        preflight.check_dataset(test_dataset, "test_dataset")
+        preflight.inputs.check_dataset(test_dataset, "test_dataset")
         self._connect(test_dataset)
-        result = self._run({"kind": JobKind.PREDICT.value, "dataset": test_dataset,
-                            "prefix": metric_key_prefix, "ignore_keys": ignore_keys})
-        output = result["prediction"]
+        result = self._run(PredictOrder(dataset=test_dataset, prefix=metric_key_prefix, ignore_keys=ignore_keys,
+                                        **self._worker_settings()))
+        output = result.prediction
         self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
         return output
 
@@ -222,57 +235,48 @@ class Trainer(ResultsMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
             return bool(self.args.use_gpu) and torch.cuda.is_available()
         return cluster.cluster_has_gpus() if self.args.use_gpu is None else self.args.use_gpu
 
-    def _connect_and_check_storage(self):
-        args = self.args
-        self._connect()
-        if args.max_workers > 0:  # an elastic run starts once its minimum can be placed
-            if self._reads_ray_data():
-                cluster.leave_cpus_for_data(args, self._use_gpu())
-            cluster.check_placeable(args.num_workers, cluster.worker_resources(args, self._use_gpu()))
-            if self._reads_ray_data():
-                cluster.check_cpus_left_for_data(args.max_workers, cluster.worker_resources(args, self._use_gpu()))
-            if (storage.is_local(args.output_dir) and cluster.alive_node_count() > 1
-                    and not args.allow_local_output_dir_on_multinode):
-                raise StorageError(
-                    f"output_dir={args.output_dir!r} is a local path, but the cluster has "
-                    f"{cluster.alive_node_count()} nodes: workers on other nodes would write checkpoints "
-                    "nobody else can read. Use shared storage (s3://..., or an NFS mount) or, if this path "
-                    "is shared, set allow_local_output_dir_on_multinode=True.")
-        storage.check_writable(args.output_dir, args.storage_options)
-
     def _resolve_resume(self, requested: Union[str, bool, None]) -> Optional[str]:
         """True: the newest intact committed checkpoint under output_dir; a path/URL: that one, if committed and
         intact (checked against its manifest's checksums: checkpoint/resume.py)."""
         return resume.resolve(self.args.output_dir, requested, self.args.storage_options)
 
-    def _run(self, job: dict, receive: Optional[Callable[[Any], Any]] = None) -> Any:
-        """Run `job` on the workers (or here: coordinator/dispatch.py); `receive(result)` runs while the result's
-        objects still exist. `job` is the work order inside the pickle, a dict of plain values ("kind": a
-        `JobKind`'s value; data/ray_data.py may name a Ray Dataset after it)."""
+    def _worker_settings(self) -> dict:
+        """What every work order carries of the driver's set-up, as it is now: the events its callbacks decide on,
+        the callbacks that run on every rank, the workers' log levels (verbosity.py)."""
         handler = self.callback_handler
-        job = {**job, "control_points": handler.control_points(), "rank_callbacks": handler.rank_callbacks,
-               "log_levels": {0: worker_level(self.args, 0, driver_ran_model=self.model is not None),
-                              "replica": worker_level(self.args, 1, driver_ran_model=True)}}
+        return {"control_points": handler.control_points(), "rank_callbacks": tuple(handler.rank_callbacks),
+                "log_levels": LogLevels(rank0=worker_level(self.args, 0, driver_ran_model=self.model is not None),
+                                        replica=worker_level(self.args, 1, driver_ran_model=True))}
+
+    def _run(self, order: WorkOrder, receive: Optional[Callable[[Any], Any]] = None,
+             startup: Optional[Startup] = None) -> Any:
+        """Run `order` on the workers (or here: coordinator/dispatch.py); rank 0's result (`protocol.TrainResult`,
+        ...) as `receive(result)` returns it, which runs while the result's objects still exist. `startup`:
+        train()'s start-up timeline, its driver phases marked here and in the coordinator."""
         # The pickle carries no weights or large data: those go to the object store once (transfer.py).
         # A ray.data.Dataset goes beside the pickle, each job splits its own (data/ray_data.py).
-        with ray_data.detached(self, job) as datasets:
-            packed = preflight.serialise(self, job)
-        return dispatch.run(self, packed, JobKind(job["kind"]), datasets, self._use_gpu(), receive)
+        with ray_data.detached(self, order) as (order, datasets):
+            if startup is not None:
+                startup.driver.mark("preflight")
+            packed = transfer.pack_job(self, order)
+            if startup is not None:
+                startup.driver.mark("pack")
+        return dispatch.run(packed, order.job_kind, args=self.args, handler=self.callback_handler,
+                            user=self._pool_user, datasets=datasets, use_gpu=self._use_gpu(), receive=receive,
+                            startup=startup)
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:
             self.model = self.model_init()
         return self.model
 
-    def _receive_trained_weights(self, result: dict) -> dict:
-        self._load_trained_weights(result.pop("model_state"))
-        return result
+    def _receive_trained_weights(self, result: TrainResult) -> TrainResult:
+        self._load_trained_weights(result.model_state)
+        return dataclasses.replace(result, model_state=None)  # the weights are the model's now
 
     def _load_trained_weights(self, model_state):
         """Copy the trained weights into the driver's model: a state dict (in-process), or one in the object
         store (`transfer.SharedState`), read from shared memory without an intermediate copy."""
-        from . import transfer
-
         model = self._driver_model()
         if isinstance(model_state, transfer.SharedState):
             model_state = transfer.fetch_state(model_state)

@@ -1,6 +1,7 @@
 """How large objects travel between the driver and the workers: once, through Ray's object store.
 
-Out: the trainer (with the user's subclass) and the job are pickled with cloudpickle, but the data of every
+Out: the trainer (with the user's subclass) and its work order are pickled with cloudpickle (`pack_job`;
+the attributes in DRIVER_ONLY stay on the driver), but the data of every
 tensor that belongs to a module (parameters and buffers of the model, of a subclass's `ref_model`, ...),
 of every other large tensor (a torch dataset's rows) and every protocol-5 out-of-band buffer (numpy arrays,
 an in-memory `datasets.Dataset`'s Arrow columns) is left out of the pickle and collected as numpy arrays.
@@ -30,12 +31,14 @@ import pickle
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import cloudpickle
 import numpy as np
 import torch
 from torch import nn
+
+from .errors import ConfigError
 
 # Tensors and buffers below this size stay inside the pickle: one object-store entry each would cost
 # more than the bytes. Module tensors go out whatever their size, so the pickle never grows with the model.
@@ -63,7 +66,7 @@ class Packed:
 
 
 def is_ray_dataset(obj: Any) -> bool:
-    # A ray.data.Dataset exists only once ray.data is imported: asking costs no import (~1 s of CPU).
+    # A ray.data.Dataset exists only once ray.data is imported: asking imports nothing (ray.data is slow to import).
     data = sys.modules.get("ray.data")
     return data is not None and isinstance(obj, data.Dataset)
 
@@ -155,6 +158,41 @@ def pack(obj: Any) -> Packed:
     _Pickler(out, packed, module_tensors).dump(obj)
     packed.payload = out.getvalue()
     return packed
+
+
+# Trainer attributes that stay on the driver: its callbacks run there, on the event stream (the callbacks that
+# run on every rank travel in the work order), and the worker group its calls use (coordinator/holders.py).
+DRIVER_ONLY = ("callback_handler", "_pool_user")
+
+
+def pack_job(trainer, order: Any) -> Packed:
+    """The trainer and its work order (`protocol.TrainOrder`, ...) as the workers receive them: `pack((trainer,
+    order))`. A failure names what cannot be pickled: the order's dataset, else the trainer's attribute, and
+    suggests model_init for the model."""
+    try:
+        return pack((trainer, order))
+    except Exception as exc:
+        dataset = getattr(order, "dataset", None)
+        if dataset is not None and _unpicklable_attribute({"dataset": dataset}) is not None:
+            raise ConfigError(f"The dataset cannot be sent to the workers: it cannot be serialised "
+                              f"({type(exc).__name__}: {exc}). Pass a datasets.Dataset or a picklable "
+                              "torch Dataset.") from exc
+        culprit = _unpicklable_attribute(trainer.__getstate__())
+        hint = ("Pass model_init=<a function that builds the model> instead of the model object, so each "
+                "worker builds its own." if culprit in (None, "model") else
+                f"Make Trainer.{culprit} serialisable, or create it inside a hook that runs on the workers.")
+        raise ConfigError(f"The trainer cannot be sent to the workers: {culprit or 'an attribute'} cannot be "
+                          f"serialised ({type(exc).__name__}: {exc}). {hint}") from exc
+
+
+def _unpicklable_attribute(state: Dict[str, Any]) -> Optional[str]:
+    """The first name whose value cloudpickle refuses."""
+    for name, value in state.items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            return name
+    return None
 
 
 def _values(obj: Any, depth: int = 3):

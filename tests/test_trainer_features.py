@@ -7,7 +7,7 @@ import torch
 from raytrainer import ConfigError, Trainer, TrainingArguments
 from raytrainer.data.collator import DefaultCollator
 from raytrainer.data.sampler import DistributedBatchSampler
-from raytrainer.worker.evaluation import evaluation_loop
+from raytrainer.worker.evaluation import PredictionBuffer, evaluation_loop
 from raytrainer.worker.losses import label_smoothed_loss
 from raytrainer.worker_context import WorkerContext
 from tests.models import TokenData, make_model
@@ -34,8 +34,9 @@ def test_eval_accumulation_steps_bounds_the_prediction_memory_held_on_the_device
         trainer = Trainer(model=make_model(), args=args(tmp_path, per_device_eval_batch_size=4,
                                                         eval_accumulation_steps=steps))
         trainer.ctx = WorkerContext()
-        output = evaluation_loop(trainer, trainer.get_eval_dataloader(data))
-        peaks[steps] = (trainer._eval_peak_device_bytes, output)
+        buffer = PredictionBuffer(trainer.args.eval_accumulation_steps)
+        output = evaluation_loop(trainer, trainer.get_eval_dataloader(data), buffer=buffer)
+        peaks[steps] = (buffer.peak_device_bytes, output)
     (all_at_end, out_all), (every_2, out_2) = peaks[None], peaks[2]
     assert every_2 * 4 <= all_at_end  # 10 batches held at once vs 2
     assert out_all.metrics["eval_loss"] == out_2.metrics["eval_loss"]

@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from raytrainer import ConfigError, Trainer, TrainingArguments, preflight, transfer
+from raytrainer import ConfigError, Trainer, TrainingArguments, transfer
+from raytrainer.protocol import TrainOrder
 from tests.hf_models import tiny_model
 from tests.models import VOCAB, TokenData, assert_same_weights, make_model, weights
 
@@ -61,7 +62,7 @@ def test_the_pickled_trainer_does_not_grow_with_the_model(tmp_path):
     sizes = {}
     for dim in (16, 1024):
         trainer = Trainer(model=make_tied(dim=dim), args=args(tmp_path), train_dataset=TokenData(8))
-        packed = preflight.serialise(trainer, {"kind": "train"})
+        packed = transfer.pack_job(trainer, TrainOrder(run_id="test"))
         sizes[dim] = (len(packed.payload), packed.nbytes())
     assert sizes[1024][1] > 50 * sizes[16][1]  # the weights grew 64-fold, and went out of band
     assert sizes[1024][1] >= (VOCAB * 1024 + 1024 * 3) * 4

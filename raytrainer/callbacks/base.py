@@ -17,7 +17,7 @@ Two class attributes say where a callback runs and what it costs:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, List
 
 from ..state import TrainerControl, TrainerState
 from .event_names import DECISION_POINTS, EVENTS, PER_STEP, method_name
@@ -133,10 +133,6 @@ class CallbackHandler:
         kwargs = {**self.context, **kwargs}
         for callback in self.driver_callbacks:
             call(callback, kind, self.args, self.state, self.control, **kwargs)
-
-    def handle_all(self, events: Iterable[Dict[str, Any]]):
-        for event in events:
-            self.handle(event)
 
     def take_control(self) -> Dict[str, Any]:
         """The flags set since the last decision, handed to the workers; the one-off requests are cleared

@@ -20,8 +20,8 @@ from typing import Any, List, Optional
 from ..protocol import ERROR, Decision, Event, GroupStart, Reason, RestartHistory, Stall
 
 # Events that the driver should see as soon as they happen. Logs are not among them: with logging_steps=1
-# a send per step costs the 2 training processes CPU (measured 1.21x with, see benchmarks/events.py); they
-# reach the driver within `flush_interval_s`.
+# a send per step costs the training processes CPU (benchmarks/events.py measures it); they reach the driver
+# within `flush_interval_s`.
 URGENT = frozenset({"train_begin", "evaluate", "save", "preempted", "restart", "resize", "train_end",
                     ERROR})
 

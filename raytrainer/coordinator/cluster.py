@@ -35,8 +35,8 @@ def connect(address: str | None = None):
     if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
         port, own = own_state_api()
         env_vars, dashboard = {**env_vars, **own}, {"dashboard_port": port}
-        # One node, which nothing drains: Ray Train's node-drain watcher (an actor per group start, ~1 s of it on
-        # 2 cores) has nothing to watch. Preemption by SIGTERM does not use it. A value the user set is kept.
+        # One node, which nothing drains: Ray Train's node-drain watcher (an actor per group start) has nothing
+        # to watch. Preemption by SIGTERM does not use it. A value the user set is kept.
         env_vars[PREEMPTION_WATCHER_ENV] = os.environ.get(PREEMPTION_WATCHER_ENV, "0")
     elif os.environ.get(API_SERVER_ENV):  # a cluster joined: the state API the user named is its, not the
         env_vars[API_SERVER_ENV] = os.environ[API_SERVER_ENV]  # machine's last `ray start` cluster (below)

@@ -1,28 +1,29 @@
 """Where a Trainer's job runs: in this process (num_workers=0), or on a worker group of the process's pool.
 
-`Trainer._run` packs the job (`preflight.serialise`) and hands it here. The policy:
-- take an idle group of the pool that can run it (the Trainer's last one first, else any Trainer's:
-  `holders.take_idle`), else start a new one, after releasing the Trainer's last group and saying why
+`Trainer._run` packs the trainer and its work order (`transfer.pack_job`) and hands them here. The policy:
+- take an idle group of the pool that can run it (the caller's last one first, else any Trainer's:
+  `holders.take_idle`), else start a new one, after releasing the caller's last group and saying why
   (a warning, unless a group per call was asked for with worker_idle_timeout_s=0);
 - mark it busy while the job runs, so no other call takes or releases it (`holders.py`);
 - post the job and pump its events (`pump.run_on_ray`); if the group's board closed (idle timeout) just
   as the job was posted, take or start another group, once;
-- for train(): complete the start-up timeline preflight began (`startup.py`), log it at the first step and
+- for train(): complete the start-up timeline that train() began (`startup.py`), log it at the first step and
   write it into the result's trainer state.
 
-The runner reads the Trainer's `args`, `callback_handler`, `_group` (its last group) and `_created_at`
-(named as the group's owner), and releases its last group through `Trainer.close()`.
+What it knows of the Trainer is what it is given: the arguments, the callback handler, and the Trainer's
+`holders.PoolUser` (its last group, and the name its groups carry).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import weakref
 from typing import Any, Callable, Dict, Optional
 
 from .. import transfer
 from ..arguments.scaling import bounds
-from ..protocol import JobKind
+from ..callbacks.base import CallbackHandler
+from ..protocol import JobKind, TrainResult
 from ..startup import Startup, Timeline, add_to_state_json
 from . import cluster, holders, pump
 from .group import Spec, WorkerGroup
@@ -31,32 +32,31 @@ from .pump import TrainingError
 logger = logging.getLogger("raytrainer")
 
 
-def run(trainer, packed, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
-        receive: Optional[Callable[[Any], Any]] = None) -> Any:
-    """Run the packed job (`transfer.Packed`) for `trainer`; `receive(result)` runs while the result's objects
-    (the trained weights, owned by rank 0) still exist. `datasets`: the Ray Datasets the job reads (they
-    travel in the job; a new group for it leaves CPUs for Ray Data's tasks)."""
+def run(packed: transfer.Packed, kind: JobKind, *, args, handler: CallbackHandler, user: holders.PoolUser,
+        datasets: Dict[str, Any], use_gpu: bool, receive: Optional[Callable[[Any], Any]] = None,
+        startup: Optional[Startup] = None) -> Any:
+    """Run the packed job (its trainer and work order) for the Trainer whose `args`, callback `handler` and pool
+    `user` are given; returns rank 0's result (`protocol.TrainResult`, ...) as `receive(result)` returns it,
+    which runs while the result's objects (the trained weights, owned by rank 0) still exist. `datasets`: the
+    Ray Datasets the job reads (they travel in the job; a new group for it leaves CPUs for Ray Data's tasks).
+    `startup`: train()'s start-up timeline, logged at the first step and kept in the result's state."""
     kind, receive = JobKind(kind), receive or (lambda result: result)
-    # train()'s start-up timeline, started by preflight (startup.py): logged at the first step, kept in the state
-    startup = trainer.__dict__.pop("_startup", None) if kind is JobKind.TRAIN else None
-    handler = trainer.callback_handler if startup is None else pump.WatchStartup(trainer.callback_handler,
-                                                                                       startup)
     if startup is not None:
+        handler = pump.WatchStartup(handler, startup)
         receive = _recording_startup(receive, handler)
-    if trainer.args.max_workers == 0:
+    if args.max_workers == 0:
         # Work on a copy, as a worker would: the driver's model changes only from the result.
         marks = Timeline()
-        copy, job = transfer.unpack(packed.payload, packed.data)
+        copy, order = transfer.unpack(packed.payload, packed.data)
         marks.mark("unpack")
-        return receive(pump.run_in_process(copy, job, handler, use_gpu, startup=marks))
+        return receive(pump.run_in_process(copy, order, handler, use_gpu, startup=marks))
     for _ in range(2):  # a second time only when the group closed (idle timeout) as the job was posted
-        group = worker_group(trainer, kind, datasets, use_gpu, startup)
+        group = worker_group(args, user, kind, datasets, use_gpu, startup)
         if startup is not None:
             startup.driver.mark("group")
         group.busy = True  # no other call takes or releases it meanwhile (holders.py)
         try:
-            result = pump.run_on_ray(group, packed, handler, trainer.args.max_failures, receive, kind=kind,
-                                         startup=startup)
+            result = pump.run_on_ray(group, packed, handler, args.max_failures, receive, kind=kind, startup=startup)
         finally:
             group.busy = False
         if result is not pump.NOT_POSTED:
@@ -69,43 +69,40 @@ def _recording_startup(receive: Callable[[Any], Any], handler: "pump.WatchStartu
     result's trainer state (`trainer.state.startup`)."""
     def recorded(result):
         handler.log_startup()
-        if isinstance(result, dict) and isinstance(result.get("state"), str):
-            result["state"] = add_to_state_json(result["state"], handler.startup.record())
+        if isinstance(result, TrainResult):
+            result = dataclasses.replace(result, state=add_to_state_json(result.state, handler.startup.record()))
         return receive(result)
 
     return recorded
 
 
-def worker_group(trainer, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
+def worker_group(args, user: holders.PoolUser, kind: JobKind, datasets: Dict[str, Any], use_gpu: bool,
                  startup: Optional[Startup] = None) -> WorkerGroup:
-    """An idle group of the process's pool that can run the job (the Trainer's last one first, else any
-    Trainer's), else a new one: the idle groups that hold what it needs are released first. `startup`: told
-    whether the group is new or reused."""
-    args = trainer.args
+    """An idle group of the process's pool that can run the job (`user`'s last one first, else any Trainer's),
+    else a new one: the idle groups that hold what it needs are released first. `startup`: told whether the
+    group is new or reused."""
     spec = Spec.of(args, use_gpu)
-    owner = f"the Trainer created at {trainer._created_at}"
-    group = holders.take_idle(spec, prefer=trainer._group)
+    group = holders.take_idle(spec, prefer=user.group)
     if group is None:
-        if trainer._group is not None:
-            old = trainer._group
+        if user.group is not None:
+            old = user.group
             expected = not old.alive and old.spec.worker_idle_timeout_s == 0  # asked for: a group per call
             logger.log(logging.INFO if expected else logging.WARNING, "Starting a new worker group for %s(): "
                        "%s.", kind, old.why_not_reused(spec))
-            trainer.close()
+            user.release()
         need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
         if datasets:  # Ray Data's tasks need CPUs besides the workers': an idle group must not hold them
             need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
         holders.check_room(need, f"{kind}() with {args.num_workers} workers")
-        group = WorkerGroup(spec, args, owner=owner)
+        group = WorkerGroup(spec, args, owner=user.owner)
         holders.hold(group)
         if startup is not None:
             startup.group = "new"
     else:
         if startup is not None:
             startup.group = "reused"
-        if group is not trainer._group:
+        if group is not user.group:
             logger.info("%s() runs on an idle worker group of this process (%s).", kind, group.owner)
-            group.owner = owner
-    group.user = weakref.ref(trainer)
-    trainer._group = group
+            group.owner = user.owner
+    user.use(group)
     return group

@@ -68,8 +68,8 @@ class ControllerRecorder(ControllerCallback):
         import ray
 
         # Not waited for: the controller would hold the worker group's start until the sink actor is up (its
-        # process and imports: 3-10 s on 2 busy cores, "sink start" in startup.py). The handle is there long
-        # before a job could be abandoned.
+        # process and imports: "sink start" in startup.py). The handle is there long before a job could be
+        # abandoned.
         self.sink.set_controller.remote(ray.get_runtime_context().current_actor)
 
 

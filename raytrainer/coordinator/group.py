@@ -3,8 +3,8 @@
 One Ray Train V2 `fit()` runs in a driver thread for the group's whole life; its worker function serves the
 jobs the driver posts on the event sink's job board (`jobs.py`, `worker/entry.py`). Placement, process
 groups and restarts stay Ray Train's; what a call saves is placing the actors, starting their processes,
-importing torch and setting up the process group again (about 10 s on 2 CPU cores, minutes for a large GPU
-job).
+importing torch and setting up the process group again (seconds on a laptop, minutes for a large GPU job;
+benchmarks/worker_group.py measures it).
 
 A group is released by `Trainer.close()`, by leaving `with Trainer(...) as trainer:`, when its Trainer is
 garbage-collected or the interpreter exits, and after `worker_idle_timeout_s` without a job. A call after
@@ -68,8 +68,8 @@ class Spec:
 def _group_trainer_class():
     """Ray Train's TorchTrainer without its DatasetsCallback. That callback starts a DatasetManager actor for
     every worker group, datasets or not, to split the datasets given to TorchTrainer; ours are not given to it
-    (each job splits its own, data/ray_data.py). One actor process less per group start, ~2 s of CPU while the
-    workers start: on 2 cores a group start went 11.2 -> 10.4 s (benchmarks/worker_group.py, first train())."""
+    (each job splits its own, data/ray_data.py). One actor process less per group start, whose CPU the workers
+    starting beside it need (benchmarks/worker_group.py)."""
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks import DatasetsCallback
 
@@ -102,7 +102,7 @@ class WorkerGroup:
         self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
         self.closing = False
         self.busy = False  # a call's job is running on it: no other call takes or releases it (holders.py)
-        self.user = None  # a weak reference to the Trainer that used it last: its close() releases it
+        self.user = None  # a weak reference to the holders.PoolUser whose call used it last: it releases it
         # What its workers reserve at most (its controller and sink take no CPU): a release gives this back.
         self.holds = {k: v * max(bounds(args.num_workers)) for k, v in worker_resources(args, spec.use_gpu).items()}
         # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
@@ -140,7 +140,7 @@ class WorkerGroup:
     def _fit(self, torch_trainer):
         try:
             torch_trainer.fit()
-        except BaseException as exc:  # the job in flight raises it (launcher.pump_job)
+        except BaseException as exc:  # the job in flight raises it (pump._pump_job)
             self.error = exc
             if not self.closing:
                 return  # the driver may still read the job's last events from the sink

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import time
+import weakref
 from typing import Callable, Dict, List, Optional
 
 from ..errors import ConfigError
@@ -68,7 +69,7 @@ def release_all(wait: bool = True):
 def _release_at_exit():
     """At exit no call runs on a group any more and Ray is about to go (an embedded one) or to end this
     driver's actors (a cluster): stop each group's controller (its workers and placement group go with it)
-    and sink at once instead of Ray Train's graceful shutdown, which took ~3 s of every script's exit."""
+    and sink at once instead of Ray Train's graceful shutdown, which every script's exit waited for."""
     for group in list(_LIVE.values()):
         group.stop_now()
     _LIVE.clear()
@@ -159,7 +160,31 @@ def _fits(need: Dict[str, float]) -> bool:
     return all(available.get(name, 0.0) + 1e-9 >= amount for name, amount in need.items())
 
 
-def user_of(group) -> Optional[object]:
-    """The Trainer that used `group` last (a weak reference: the pool keeps no Trainer alive)."""
+def user_of(group) -> Optional["PoolUser"]:
+    """The `PoolUser` (of a Trainer) whose call used `group` last (a weak reference: the pool keeps no Trainer
+    alive)."""
     ref = getattr(group, "user", None)
     return ref() if ref is not None else None
+
+
+class PoolUser:
+    """A Trainer as a user of this process's pool: the group its last call used (taken first by its next call;
+    released by its `close()`), and how the groups it starts name it (`owner`: "the Trainer created at
+    file:line", in the error another call gets while this one's group holds what it needs). The Trainer holds
+    one and hands it to `dispatch.run`: the coordinator reads and records nothing else of the Trainer."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+        self.group = None  # a WorkerGroup, once a call ran on one
+
+    def use(self, group):
+        """`group` runs this user's call: its last group now, and released by its close()."""
+        group.user = weakref.ref(self)
+        self.group = group
+
+    def release(self):
+        """Release the last group now, unless another user's call took it since."""
+        if self.group is not None:
+            if user_of(self.group) in (self, None):
+                release(self.group)
+            self.group = None

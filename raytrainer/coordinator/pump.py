@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ..callbacks.base import CallbackHandler
 from ..callbacks.channel import Emitter
-from ..protocol import ERROR, JobKind, Kind
+from ..protocol import ERROR, JobKind, Kind, WorkOrder
 from ..startup import Startup, Timeline
 from ..worker.entry import run_job
 from ..worker_context import WorkerContext
@@ -37,12 +37,13 @@ class TrainingError(RuntimeError):
     worker_traceback: str = ""
 
 
-def run_in_process(trainer, job: Dict[str, Any], handler: CallbackHandler, use_gpu: bool,
+def run_in_process(trainer, order: WorkOrder, handler: CallbackHandler, use_gpu: bool,
                    startup: Optional[Timeline] = None) -> Any:
-    """num_workers=0: the same job, in this process, with events dispatched as they are emitted. `startup`:
-    the worker side of the start-up timeline, its `unpack` already marked."""
+    """num_workers=0: the same work order, in this process (on the driver's unpacked copy of the trainer), with
+    events dispatched as they are emitted. `startup`: the worker side of the start-up timeline, its `unpack`
+    already marked."""
     ctx = WorkerContext.in_process(use_gpu)
-    return run_job(trainer, job, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0), startup=startup)
+    return run_job(trainer, order, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0), startup=startup)
 
 
 class WatchStartup:
@@ -75,7 +76,7 @@ class WatchStartup:
 
 def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, receive: Callable[[Any], Any],
                kind: JobKind, startup: Optional[Startup] = None) -> Any:
-    """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and job (`transfer.Packed`); its arrays
+    """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and work order (`transfer.Packed`); its arrays
     go into the object store once, here, and every worker (and every replaced worker group) maps them from
     there. `receive(result)` runs while the objects in the result (the trained weights, owned by rank 0)
     still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another. `startup`:

@@ -27,11 +27,13 @@ How it is split (`RayDataRef.iterator`, called by every rank as a job's training
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import ConfigError
+from ..protocol import DatasetOrder, TrainOrder, WorkOrder
 from ..transfer import is_ray_dataset
 
 # Marks the padding rows added to make the row count a multiple of the world size.
@@ -112,9 +114,10 @@ def make_ref(name: str, dataset, split: bool) -> RayDataRef:
 
 
 @contextlib.contextmanager
-def detached(trainer, job: dict) -> Iterator[Dict[str, Any]]:
-    """Replace the Ray Datasets the job reads (train, eval, the job's own dataset) by references while the
-    trainer is serialised and run; yields {name: dataset}. The trainer is restored after."""
+def detached(trainer, order: WorkOrder) -> Iterator[Tuple[WorkOrder, Dict[str, Any]]]:
+    """Replace the Ray Datasets the job reads by references while the trainer is serialised and run: a train
+    order's are the trainer's (train and eval datasets, restored after), an evaluate or predict order's its own
+    dataset. Yields the order to send (a copy naming the reference, or the order itself) and {name: dataset}."""
     saved = {"train_dataset": trainer.train_dataset, "eval_dataset": trainer.eval_dataset}
     datasets: Dict[str, Any] = {}
 
@@ -125,16 +128,18 @@ def detached(trainer, job: dict) -> Iterator[Dict[str, Any]]:
         return make_ref(name, value, split)
 
     try:
-        if job["kind"] == "train":
+        if isinstance(order, TrainOrder):
             trainer.train_dataset = swap(TRAIN, trainer.train_dataset, split=True)
             evals = trainer.eval_dataset
             if isinstance(evals, dict):
                 trainer.eval_dataset = {k: swap(f"eval:{k}", v, split=False) for k, v in evals.items()}
             else:
                 trainer.eval_dataset = swap("eval", evals, split=False)
-        elif "dataset" in job:
-            job["dataset"] = swap(job["kind"], job["dataset"], split=False)
-        yield datasets
+        elif isinstance(order, DatasetOrder):
+            dataset = swap(order.job_kind.value, order.dataset, split=False)
+            if dataset is not order.dataset:
+                order = dataclasses.replace(order, dataset=dataset)
+        yield order, datasets
     finally:
         trainer.train_dataset, trainer.eval_dataset = saved["train_dataset"], saved["eval_dataset"]
 

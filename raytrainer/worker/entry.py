@@ -3,18 +3,31 @@
 A worker serves the jobs of its Trainer's worker group, one after the other (`coordinator/group.py`). For each
 one the driver ships the whole `Trainer` (pickled once, with cloudpickle, so a user's subclass and its hooks
 come along; its weights and large data through the object store, see `transfer.py`); each worker rebuilds
-its own copy, runs the requested job, and rank 0 hands the result to the event sink (the trained weights
-as an object in the store).
+its own copy, runs the job's work order (`protocol.TrainOrder`, `EvaluateOrder`, `PredictOrder`), and rank 0
+hands the result (`protocol.TrainResult`, ...) to the event sink (the trained weights as an object in the
+store).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import traceback
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
+
+import torch
 
 from ..callbacks.channel import Emitter
-from ..protocol import ERROR, Job, JobKind
+from ..protocol import (
+    ERROR,
+    EvaluateOrder,
+    EvaluateResult,
+    Job,
+    PredictResult,
+    TrainOrder,
+    TrainResult,
+    WorkOrder,
+)
 from ..startup import Timeline
 from ..verbosity import configure_worker
 from ..worker_context import WorkerContext
@@ -25,35 +38,44 @@ from .memory import give_back_freed_memory, keep_freed_memory
 from .process_options import setup_process
 from .user_errors import WorkerError, quiet_wrapped_tracebacks
 
+Result = Union[TrainResult, EvaluateResult, PredictResult, None]
 
-def run_job(trainer, job: Dict[str, Any], ctx: WorkerContext, emitter: Emitter, on_ray: bool = False,
-            startup: Optional[Timeline] = None, taken_at: Optional[float] = None) -> Any:
-    """`startup`: a train job's start-up timeline on this rank, from the job's receipt (`startup.py`);
-    `taken_at`: the sink's stamp of rank 0 taking the job."""
+
+def run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on_ray: bool = False,
+            startup: Optional[Timeline] = None, taken_at: Optional[float] = None) -> Result:
+    """Run one work order on this rank; rank 0's result (None on the other ranks). `startup`: a train job's
+    start-up timeline on this rank, from the job's receipt (`startup.py`); `taken_at`: the sink's stamp of rank
+    0 taking the job."""
     trainer.ctx = ctx
-    trainer._place_auxiliary_modules()
-    events = LoopEvents(trainer, ctx, emitter, job.get("control_points", ()), job.get("rank_callbacks", ()),
+    place_auxiliary_modules(trainer, ctx.device)
+    events = LoopEvents(trainer, ctx, emitter, order.control_points, order.rank_callbacks,
                         next_step=trainer.args.callback_decisions == "next_step")
-    kind = JobKind(job["kind"])
-    if kind is JobKind.TRAIN:
-        loop = TrainLoop(trainer, ctx, emitter, events, job["run_id"], job.get("resume_from"), on_ray=on_ray)
-        loop.startup, loop.taken_at = startup, taken_at  # its set-up marks the rest and rank 0 reports them
+    if isinstance(order, TrainOrder):
+        loop = TrainLoop(trainer, ctx, emitter, events, order.run_id, order.resume_from, on_ray=on_ray,
+                         startup=startup, taken_at=taken_at)  # its set-up marks the rest; rank 0 reports them
         return loop.run()
 
     # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.
     setup_process(trainer.args, ctx.device)  # seed or full_determinism, tf32, as for training
     model = trainer.model if trainer.model is not None else trainer.model_init()
     trainer.model = trainer.model_wrapped = model.to(ctx.device)
-    dataset = job["dataset"]
-    if kind is JobKind.EVALUATE:
-        dataloader = trainer.get_eval_dataloader(dataset)
-        output = evaluation_loop(trainer, dataloader, ignore_keys=job.get("ignore_keys"),
-                                 metric_key_prefix=job["prefix"], on_step=events.emit)
-        return {"metrics": output.metrics} if ctx.is_main else None
-    output = evaluation_loop(trainer, trainer.get_test_dataloader(dataset),
-                             prediction_loss_only=False, ignore_keys=job.get("ignore_keys"),
-                             metric_key_prefix=job["prefix"], on_step=events.emit, keep_predictions=True)
-    return {"prediction": output} if ctx.is_main else None
+    if isinstance(order, EvaluateOrder):
+        dataloader = trainer.get_eval_dataloader(order.dataset)
+        output = evaluation_loop(trainer, dataloader, ignore_keys=order.ignore_keys,
+                                 metric_key_prefix=order.prefix, on_step=events.emit)
+        return EvaluateResult(output.metrics) if ctx.is_main else None
+    output = evaluation_loop(trainer, trainer.get_test_dataloader(order.dataset),
+                             prediction_loss_only=False, ignore_keys=order.ignore_keys,
+                             metric_key_prefix=order.prefix, on_step=events.emit, keep_predictions=True)
+    return PredictResult(output) if ctx.is_main else None
+
+
+def place_auxiliary_modules(trainer, device: torch.device):
+    """Modules a subclass keeps besides the model (a frozen reference model for a DPO-style loss, ...) go to
+    this worker's device, frozen and in eval mode: they are never wrapped, optimised or saved."""
+    for name, value in vars(trainer).items():
+        if isinstance(value, torch.nn.Module) and name not in ("model", "model_wrapped"):
+            value.to(device).eval().requires_grad_(False)
 
 
 def ray_worker_main(config: Dict[str, Any]):
@@ -98,14 +120,13 @@ def serve(posted: Job, ctx: WorkerContext, sink):
     try:
         code_paths.install(posted.code, fetch=ray.get)  # what the driver imports, importable here too
         # The weights and large data come from the object store (zero-copy on the driver's node).
-        trainer, job = transfer.unpack(posted.payload, ray.get(posted.data))
+        trainer, order = transfer.unpack(posted.payload, ray.get(posted.data))
     except Exception as exc:  # a module this node lacks: every try would fail alike, so the job fails now
         raise reported(exc, fatal=True) from None
-    levels = job.get("log_levels", {})
-    configure_worker(levels.get(ctx.rank, levels.get("replica")))
+    configure_worker(order.log_levels.for_rank(ctx.rank))
     try:
         startup.mark("unpack")
-        result = run_job(trainer, job, ctx, emitter, on_ray=True, startup=startup, taken_at=posted.taken_at)
+        result = run_job(trainer, order, ctx, emitter, on_ray=True, startup=startup, taken_at=posted.taken_at)
     except Exception as exc:  # the user's error, as one line on the driver (the traceback travels with it)
         raise reported(exc) from None
     except BaseException:
@@ -114,9 +135,9 @@ def serve(posted: Job, ctx: WorkerContext, sink):
         raise
     emitter.flush(wait=True)
     if ctx.is_main:
-        shared = result is not None and "model_state" in result
+        shared = isinstance(result, TrainResult)
         if shared:  # the trained weights go into the object store once; the driver maps them
-            result["model_state"] = transfer.put_state(result.pop("model_state"))
+            result = dataclasses.replace(result, model_state=transfer.put_state(result.model_state))
         emitter.set_result(result)
         if shared:
             # This worker owns that object (Ray 2.56 removed `ray.put(_owner=...)`): it is lost if the worker
@@ -130,6 +151,4 @@ def release_memory(ctx: WorkerContext):
     gc.collect()
     give_back_freed_memory()
     if ctx.device.type == "cuda":
-        import torch
-
         torch.cuda.empty_cache()

@@ -64,9 +64,10 @@ def _nbytes(value: Any) -> int:
 
 def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = None, ignore_keys=None,
                     metric_key_prefix: str = "eval", on_step: Optional[Callable[[str], None]] = None,
-                    keep_predictions: bool = False) -> PredictionOutput:
+                    keep_predictions: bool = False, buffer: Optional[PredictionBuffer] = None) -> PredictionOutput:
     """`on_step(event)` is told of each batch ("prediction_step"), for the driver's callbacks.
-    `keep_predictions`: return the predictions under batch_eval_metrics too (predict(), as transformers)."""
+    `keep_predictions`: return the predictions under batch_eval_metrics too (predict(), as transformers).
+    `buffer`: where the predictions wait for the host (made here from eval_accumulation_steps unless given)."""
     args, ctx = trainer.args, trainer.ctx
     if prediction_loss_only is None:
         prediction_loss_only = args.prediction_loss_only
@@ -76,7 +77,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     # batching: transformers weighs each batch's mean by its rows, which depends on how rows fall into batches.
     loss_sum, weight, count = None, 0, 0  # loss_sum stays None when the model gives no loss (no labels)
     shift = loss_shifts_labels(model)
-    buffer = PredictionBuffer(args.eval_accumulation_steps)
+    buffer = PredictionBuffer(args.eval_accumulation_steps) if buffer is None else buffer
     # batch_eval_metrics: metrics step by step, predictions not kept (but for predict(), as transformers).
     batched = BatchMetrics(trainer) if args.batch_eval_metrics and trainer.compute_metrics is not None else None
     # Every rank reads the whole stream of a Ray Dataset, so it knows after the pass how many it is short of;
@@ -110,7 +111,6 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     if missing:
         _filler_passes(trainer, model, dataloader, batch, missing, prediction_loss_only, ignore_keys)
     batch_metrics = batched.finish() if batched is not None else None  # after the fillers: see batch_metrics.py
-    trainer._eval_peak_device_bytes = buffer.peak_device_bytes
     preds, labels = buffer.concatenated()
 
     sizes = dataloader.sizes if interleaved else None

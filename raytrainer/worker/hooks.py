@@ -2,7 +2,8 @@
 
 `Trainer` inherits these; a user's subclass that overrides `compute_loss`, `training_step`, ... is shipped to
 each Ray actor, so the override runs there. Before they run, the worker loop sets `self.model` (unwrapped,
-on the worker's device), `self.model_wrapped` (DDP...), `self.ctx` (rank, world size) and `self.state`.
+on the worker's device), `self.model_wrapped` (DDP...), `self.ctx` (rank, world size) and `self.state`; in a
+training run also `self.micro_step` and `self.training_run` (worker/run_link.py).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from ..data.ray_batches import RayEvalLoader, RayTrainData
 from ..data.ray_data import RayDataRef
 from ..data.sampler import DistributedBatchSampler, eval_shard, order_options
 from ..data.user_sampler import SamplerShards, evaluation_shard
-from ..optimizers import fused_backward, is_fused_backward
-from ..optimizers.builtin import create_optimizer, create_scheduler
+from ..optimizers import create_optimizer, create_scheduler, fused_backward, is_fused_backward
 from .losses import label_smoothed_loss
+from .run_link import MicroStep, TrainingRun
 
 
 class WorkerHooks:
@@ -43,17 +44,21 @@ class WorkerHooks:
     # base `compute_loss` normalised it. A subclass that computes its own loss returns a per-micro-batch mean
     # (averaged over micro-steps and ranks) unless it sets this to True.
     loss_is_scaled_for_ga: Optional[bool] = None
-    # Set per micro-batch by the loop: 0.0 for a rank's zero-weight filler batch (see data/sampler.py).
-    _loss_weight: float = 1.0
-    _accumulation_steps_now: int = 1
+    # While a training run runs in this process, the loop sets these (worker/run_link.py): the micro-batch
+    # training_step is called on, and the run that `log` and `evaluate` act inside. None outside a run.
+    micro_step: Optional[MicroStep] = None
+    training_run: Optional[TrainingRun] = None
     # Set by the base compute_loss when it normalised by num_items_in_batch; read by training_step.
     _loss_scaled_by_items: bool = False
-    # Set by training_step, read by the loop's loss meter: whether the returned loss is this rank's share of
-    # the global batch's loss (summed over ranks) rather than a per-rank value (averaged over ranks).
-    _step_loss_is_global: bool = False
-    # The training loop running in this process while it runs (worker/loop.py sets and clears it): `log` and
-    # `evaluate`, called by the loop or by a subclass's override, then act inside the run.
-    _loop = None
+
+    # Read by subclasses written before run_link.py: whether a run is on, and the micro-batch's loss weight.
+    @property
+    def _loop(self) -> Optional[TrainingRun]:
+        return self.training_run
+
+    @property
+    def _loss_weight(self) -> float:
+        return self.micro_step.loss_weight if self.micro_step is not None else 1.0
 
     # ------------------------------------------------------------------ data
     @property
@@ -62,13 +67,6 @@ class WorkerHooks:
 
     def _unwrapped_model(self):
         return self.model if self.model is not None else self.model_init()
-
-    def _collator(self):
-        collator = self.data_collator or DefaultCollator(pad_token_id=pad_token_id_of(self.processing_class))
-        if not self.args.remove_unused_columns:
-            return collator
-        names, var_kw = forward_signature(self._unwrapped_model())
-        return collator if var_kw else ColumnFilter(collator, names + self.label_names)
 
     # transformers' data hooks, with its signatures: the subclassing guide's recipes call them as they are,
     # e.g. `self._get_dataloader(dataset=self.train_dataset, description="Training",
@@ -125,7 +123,7 @@ class WorkerHooks:
                         dataloader_key: Optional[str] = None) -> DataLoader:
         """transformers' helper: a DataLoader of this rank's share of `dataset` (`description` and
         `dataloader_key` are accepted for its signature)."""
-        ctx, args, collate = self.ctx, self.args, self._collator()
+        ctx, args, collate = self.ctx, self.args, batch_collator(self)
         if isinstance(dataset, RayDataRef):  # a ray.data.Dataset: this rank's streaming shard
             if is_training:
                 return RayTrainData(dataset, batch_size, collate, ctx, drop_last=args.dataloader_drop_last)
@@ -144,21 +142,14 @@ class WorkerHooks:
                  if sampler is None else evaluation_shard(sampler, dataset, ctx.rank, ctx.world_size, seed))
         return DataLoader(shard, batch_size=batch_size, shuffle=False, collate_fn=collate, **options)
 
-    def _place_auxiliary_modules(self):
-        """Modules a subclass keeps besides the model (a frozen reference model for a DPO-style loss, ...) go to
-        this worker's device, frozen and in eval mode: they are never wrapped, optimised or saved."""
-        for name, value in vars(self).items():
-            if isinstance(value, torch.nn.Module) and name not in ("model", "model_wrapped"):
-                value.to(self.ctx.device).eval().requires_grad_(False)
-
     # ------------------------------------------------------------------ records
     def log(self, logs: dict, start_time: Optional[float] = None):
         """HF's `log`: the record joins log_history and goes to on_log. The loop logs every record through it
         (training logs, evaluation metrics, the final metrics), on every rank, so an override that adds keys
         and calls `super().log(logs)` sees them all. Called on the driver, outside a run, the record goes to
         the driver's callbacks and log_history."""
-        if self._loop is not None:
-            self._loop.record_log(logs)
+        if self.training_run is not None:
+            self.training_run.record_log(logs)
         else:
             self.callback_handler.handle({"kind": "log", "logs": {**logs, "step": self.state.global_step}})
 
@@ -212,16 +203,6 @@ class WorkerHooks:
         self._loss_scaled_by_items = num_items_in_batch is not None
         return (loss, outputs) if return_outputs else loss
 
-    def _call_compute_loss(self, model, inputs: dict, return_outputs: bool = False,
-                           num_items_in_batch: Optional[int] = None):
-        """`compute_loss`, called with only the arguments an override accepts (older HF scripts override
-        `compute_loss(self, model, inputs, return_outputs=False)`, without `num_items_in_batch`)."""
-        kwargs = {"return_outputs": return_outputs} if return_outputs else {}
-        if num_items_in_batch is not None and accepts_argument(type(self).compute_loss, "num_items_in_batch"):
-            kwargs["num_items_in_batch"] = num_items_in_batch
-        self._loss_scaled_by_items = False
-        return self.compute_loss(model, inputs, **kwargs)
-
     def _loss_is_scaled(self) -> bool:
         """Whether the last compute_loss result is normalised over the whole accumulated batch (HF's rule)."""
         if self.loss_is_scaled_for_ga is not None:
@@ -253,15 +234,16 @@ class WorkerHooks:
         fused = is_fused_backward(self.optimizer)
         with self.strategy.no_sync(model) if fused else contextlib.nullcontext():
             with self.compute_loss_context_manager():
-                loss = self._call_compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+                loss = call_compute_loss(self, model, inputs, num_items_in_batch=num_items_in_batch)
             scaled = self._loss_is_scaled()
             # A per-micro-batch mean is averaged over the accumulated micro-steps; a filler batch weighs zero.
-            share = self._loss_weight / (1 if scaled else self._accumulation_steps_now)
+            micro = self.micro_step if self.micro_step is not None else MicroStep()  # outside a run: 1 of 1
+            share = micro.loss_weight / (1 if scaled else micro.accumulation_steps)
             # DDP/FSDP average gradients over ranks: a loss normalised by the global item count must be summed,
             # so it is multiplied by the world size; a per-rank mean is averaged, as DDP does.
-            self._step_loss_is_global = (scaled and num_items_in_batch is not None
-                                         and self.args.average_tokens_across_devices)
-            scale = share * (self.ctx.world_size if self._step_loss_is_global else 1)
+            micro.loss_is_global = (scaled and num_items_in_batch is not None
+                                    and self.args.average_tokens_across_devices)
+            scale = share * (self.ctx.world_size if micro.loss_is_global else 1)
             scaled_loss = loss * scale if scale != 1 else loss
             if fused:
                 fused_backward(self.optimizer, scaled_loss)
@@ -283,10 +265,34 @@ class WorkerHooks:
         model.eval()
         with torch.no_grad():
             if has_labels:
-                loss, outputs = self._call_compute_loss(model, inputs, return_outputs=True)
+                loss, outputs = call_compute_loss(self, model, inputs, return_outputs=True)
                 loss = loss.mean().detach()
             else:
                 loss, outputs = None, model(**inputs)
         if prediction_loss_only:
             return loss, None, None
         return loss, extract_logits(outputs, ignore_keys), labels
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+# Used by the hooks above and by the driver's 2-sample loss check (preflight/loss.py), which must batch and call
+# compute_loss exactly as training does.
+def batch_collator(trainer):
+    """The trainer's data_collator (the default one without), keeping only the columns its model's forward takes
+    (and the labels) with remove_unused_columns."""
+    collator = trainer.data_collator or DefaultCollator(pad_token_id=pad_token_id_of(trainer.processing_class))
+    if not trainer.args.remove_unused_columns:
+        return collator
+    names, var_kw = forward_signature(trainer._unwrapped_model())
+    return collator if var_kw else ColumnFilter(collator, names + trainer.label_names)
+
+
+def call_compute_loss(trainer, model, inputs: dict, return_outputs: bool = False,
+                      num_items_in_batch: Optional[int] = None):
+    """`trainer.compute_loss`, called with only the arguments an override accepts (older HF scripts override
+    `compute_loss(self, model, inputs, return_outputs=False)`, without `num_items_in_batch`)."""
+    kwargs = {"return_outputs": return_outputs} if return_outputs else {}
+    if num_items_in_batch is not None and accepts_argument(type(trainer).compute_loss, "num_items_in_batch"):
+        kwargs["num_items_in_batch"] = num_items_in_batch
+    trainer._loss_scaled_by_items = False
+    return trainer.compute_loss(model, inputs, **kwargs)

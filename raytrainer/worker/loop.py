@@ -39,18 +39,19 @@ from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.global_batch import global_batch_size
 from ..data.loader_options import main_input_name
 from ..data.ray_batches import RayTrainData
-from ..optimizers import apply_liger_kernel
 from ..optimizers.builtin import optimizer_eval_mode, optimizer_train_mode
-from ..protocol import GroupStart
+from ..protocol import GroupStart, TrainResult
 from ..startup import EVENT as STARTUP_EVENT, Timeline
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
+from ..strategy.liger import apply_liger_kernel
 from .evaluation import evaluation_loop
 from .loop_events import LoopEvents
 from .meter import Meter
 from .neftune import neftune
 from .nonfinite import NonFiniteGuard
 from .process_options import empty_cache_if_due, input_tokens, setup_process
+from .run_link import MicroStep
 from .step_sync import StepSync
 from .stopping import StopSignals
 from .throughput import ModelFlops, peak_flops
@@ -83,7 +84,9 @@ class Plan:
 class TrainLoop:
     watch = UNWATCHED  # this run's watchdog (worker/watchdog.py), while run() runs
     def __init__(self, trainer, ctx, emitter, events: LoopEvents, run_id: str, resume_from: Optional[str],
-                 on_ray: bool = False):
+                 on_ray: bool = False, startup: Optional[Timeline] = None, taken_at: Optional[float] = None):
+        """`startup`: this rank's side of the start-up timeline, from the job's receipt (startup.py); `taken_at`:
+        the sink's stamp of rank 0 taking the job."""
         self.trainer = trainer
         self.on_ray = on_ray
         self.entered_at = time.time()  # setup_s on on_train_begin: how long building and resuming took
@@ -93,12 +96,15 @@ class TrainLoop:
         self.events = events
         self.run_id = run_id
         self.resume_from = resume_from
+        self.startup = startup if startup is not None else Timeline()
+        self.taken_at = taken_at
+        self.micro = MicroStep()  # what training_step reads and tells back (worker/run_link.py)
         self._log_extra, self._log_control = {}, None  # what the next on_log carries; what it decided
 
     # ------------------------------------------------------------------ set-up
     def _setup(self):
         trainer, args, ctx = self.trainer, self.args, self.ctx
-        marks = getattr(self, "startup", None) or Timeline()  # the start-up timeline's rank side (startup.py)
+        marks = self.startup  # the start-up timeline's rank side (startup.py)
         setup_process(args, ctx.device)  # seed or full_determinism, tf32
         model = trainer.model_init() if trainer.model_init is not None else trainer.model
         model = apply_liger_kernel(model, args)  # a no-op unless use_liger_kernel
@@ -118,7 +124,7 @@ class TrainLoop:
         self.sync = StepSync(ctx)  # the step's one collective: slots registered in the same order on every rank
         self.stops = StopSignals(ctx, self.emitter, self.on_ray, self.sync)
         marks.mark("resume")
-        self.dataloader = trainer._train_dataloader = trainer.get_train_dataloader()
+        self.dataloader = self.events.train_dataloader = trainer.get_train_dataloader()  # callbacks get it too
         self.data = train_data(self.dataloader)
         self._agreeing = isinstance(self.data, RayTrainData) and self.data.agree_on_steps(
             self.sync, args.gradient_accumulation_steps)  # Ray Data of unknown length: has-data counts
@@ -146,7 +152,7 @@ class TrainLoop:
         trainer.state = state
         marks.mark("resume")
         if ctx.is_main:  # buffered with on_train_begin: no round trip of its own
-            self.emitter.emit(STARTUP_EVENT, phases=marks.phases, taken_at=getattr(self, "taken_at", None))
+            self.emitter.emit(STARTUP_EVENT, phases=marks.phases, taken_at=self.taken_at)
 
     def _resume(self, url: str, fresh: TrainerState) -> TrainerState:
         restored = self.checkpoints.restore(url)
@@ -174,8 +180,10 @@ class TrainLoop:
             self.emitter.emit("resize", epoch=state.epoch, **started.resize)
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> Optional[dict]:
-        self.trainer._loop = self  # `log` and `evaluate` act inside this run (worker/hooks.py)
+    def run(self) -> Optional[TrainResult]:
+        """Rank 0's result (None on the other ranks)."""
+        # `log` and `evaluate` act inside this run; training_step reads the micro-batch (worker/run_link.py).
+        self.trainer.training_run, self.trainer.micro_step = self, self.micro
         # A rank without progress is named, then its worker ends (on Ray only): hang_warning_s, hang_timeout_s.
         # The stall line travels through the event sink to the driver's console (protocol.Stall).
         with watching(self.args, self.ctx.rank, exit_on_timeout=self.on_ray,
@@ -184,9 +192,9 @@ class TrainLoop:
             try:
                 return self._run()
             finally:
-                self.trainer._loop = None
+                self.trainer.training_run = self.trainer.micro_step = None
 
-    def _run(self) -> Optional[dict]:
+    def _run(self) -> Optional[TrainResult]:
         self._setup()
         trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
         self.meter = Meter(ctx.device, self.args.logging_nan_inf_filter,  # throughput keys: worker/throughput.py
@@ -234,17 +242,17 @@ class TrainLoop:
             if not group:
                 break
             self.events.fire("step_begin")
-            trainer._accumulation_steps_now = len(group)
+            self.micro.accumulation_steps = len(group)
             for i, (batch, filler) in enumerate(group):
-                trainer._loss_weight = 0.0 if filler else 1.0
+                self.micro.loss_weight = 0.0 if filler else 1.0
                 last = i == len(group) - 1
                 self.watch.phase("forward/backward")
                 with (nullcontext() if last else trainer.strategy.no_sync(trainer.model_wrapped)):
                     loss = trainer.training_step(trainer.model_wrapped, batch, num_items_in_batch=num_items)
                 # Normalised by the global item count, rank losses sum to the step's loss; otherwise each is a
                 # per-rank mean (DDP averages the gradients), so average them.
-                share = loss if trainer._step_loss_is_global else loss / self.ctx.world_size
-                self.meter.add_micro(share, batch, trainer._loss_weight, trainer.floating_point_ops(batch))
+                share = loss if self.micro.loss_is_global else loss / self.ctx.world_size
+                self.meter.add_micro(share, batch, self.micro.loss_weight, trainer.floating_point_ops(batch))
                 self.nonfinite.add(share)
                 if not last:
                     self.events.fire("substep_end")
@@ -485,7 +493,7 @@ class TrainLoop:
             state.best_metric, state.best_global_step = value, state.global_step
 
     # ------------------------------------------------------------------ the end
-    def _finish(self, state: TrainerState, runtime: float, steps_run: int) -> Optional[dict]:
+    def _finish(self, state: TrainerState, runtime: float, steps_run: int) -> Optional[TrainResult]:
         trainer, args = self.trainer, self.args
         self.watch.phase("the end: final metrics and weights")
         self._optimizer_mode("eval")  # the weights a schedule-free optimizer evaluates with are the result
@@ -507,6 +515,6 @@ class TrainLoop:
         model_state = trainer.strategy.host_state_dict(trainer.model_wrapped)  # all ranks: FSDP gathers here
         if not self.ctx.is_main:
             return None
-        return {"state": state.to_json_string(), "model_state": model_state,
-                "train_output": TrainOutput(state.global_step, train_loss, metrics), "stopped": self.stops.reason}
+        return TrainResult(state=state.to_json_string(), model_state=model_state,
+                           train_output=TrainOutput(state.global_step, train_loss, metrics), stopped=self.stops.reason)
 

@@ -40,6 +40,7 @@ class LoopEvents:
         self.control_points = frozenset(control_points)
         self.rank_callbacks = list(rank_callbacks)
         self.control = TrainerControl()
+        self.train_dataloader = None  # set by the training loop: the callbacks' `train_dataloader` argument
         self.next_step = next_step
         self._wanted = False  # a deferred control point fired this step: end_step() asks the driver
         # The request of an earlier step not answered into control yet: on rank 0 the sink's reply (a Ray
@@ -114,4 +115,4 @@ class LoopEvents:
     def _hf_kwargs(self) -> dict:
         t = self.trainer
         return {"model": t.model, "processing_class": t.processing_class, "optimizer": t.optimizer,
-                "lr_scheduler": t.lr_scheduler, "train_dataloader": getattr(t, "_train_dataloader", None)}
+                "lr_scheduler": t.lr_scheduler, "train_dataloader": self.train_dataloader}

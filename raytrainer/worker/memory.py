@@ -4,13 +4,12 @@ back to the system between jobs.
 glibc hands large freed blocks back to the system at once: a block over the mmap threshold is unmapped, and a
 heap whose free top grows past the trim threshold is shrunk. A training step frees and allocates about the
 same memory every step (gradients set to None, activations, the optimizer's temporaries), so each step took it
-back page by page: on the 2-core machine, a 1.5M-parameter MLP's worker had 40,000-60,000 minor page faults a
-second (about 1,500 a step, a model's worth of memory), the hand-written loop in a bare Ray Train worker,
-whose allocator had settled otherwise, 0-5,000. Which process settles which way depends on what it allocated
-before (glibc raises its mmap threshold as it sees large blocks freed), so one rank could run its optimizer
-step at half speed while the other waited for it in the next all-reduce. With fixed thresholds every rank
-reuses its freed memory; `release_memory` (entry.py) returns it between jobs, when an idle group should hold
-none (`malloc_trim`).
+back page by page, a model's worth of minor page faults a step (benchmarks/README.md, overhead.py), where the
+hand-written loop in a bare Ray Train worker, whose allocator had settled otherwise, had few. Which process
+settles which way depends on what it allocated before (glibc raises its mmap threshold as it sees large blocks
+freed), so one rank could run its optimizer step slower while the other waited for it in the next all-reduce.
+With fixed thresholds every rank reuses its freed memory; `release_memory` (entry.py) returns it between jobs,
+when an idle group should hold none (`malloc_trim`).
 
 Linux with glibc only; elsewhere both calls do nothing.
 """

@@ -128,3 +128,25 @@ def test_groups_of_a_ray_that_was_shut_down_are_forgotten_not_reused_or_waited_f
     assert holders.take_idle(spec=None) is None
     holders.check_room({"CPU": 2}, "train() with 2 workers")
     assert live == {} and all(g.closing and not g.closed for g in groups)
+
+
+def test_a_trainers_close_releases_its_last_group_unless_another_trainer_used_it_since(pool):
+    """`PoolUser`: what the coordinator keeps of a Trainer. A group another Trainer's call took since stays in
+    the pool for that one; either way the Trainer forgets it."""
+    live = pool(4, 0, (2, False, "idle A"), (2, False, "idle B"))
+    a, b = live.values()
+    first, second = holders.PoolUser("the Trainer created at a.py:1"), holders.PoolUser("the Trainer created at b.py:2")
+    first.use(a)
+    first.use(b)
+    second.use(b)  # b taken by the second Trainer's call
+    assert holders.user_of(b) is second and first.group is b
+    first.release()
+    assert first.group is None and not b.closing  # not its group any more
+    first.use(a)
+    first.release()
+    assert a.closed and first.group is None
+    del second
+    import gc
+
+    gc.collect()
+    assert holders.user_of(b) is None  # the pool keeps no Trainer alive

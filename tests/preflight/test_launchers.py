@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raytrainer.errors import ConfigError
-from raytrainer.launch_guard import check_not_launched
+from raytrainer.preflight.launchers import check_not_launched
 from tests.support import ROOT
 
 SCRIPT = """

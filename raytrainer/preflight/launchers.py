@@ -3,7 +3,7 @@ this script.
 
 Under such a launcher every process runs the script, and each would start (or join) Ray and ask for its own
 worker group: N copies of the run competing for the same CPUs/GPUs and the same output_dir. Before this
-check that waited 300 s for a placement and ended in Ray's GetTimeoutError. raytrainer starts the workers
+check that waited for a placement and ended in Ray's GetTimeoutError. raytrainer starts the workers
 itself, so the fix is to run the script once, with the launcher's process count as `num_workers`; the error
 says exactly which command. A launcher with one process (`torchrun --nproc_per_node 1`) is one driver: it runs.
 
@@ -17,7 +17,7 @@ import shlex
 import sys
 from typing import Mapping, Optional
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # Where the process count comes from: torchrun / torch.distributed.launch / accelerate / deepspeed set
 # WORLD_SIZE; Open MPI, MPICH/Intel MPI and MVAPICH (mpirun, `accelerate launch --mpirun_hostfile`) their own.

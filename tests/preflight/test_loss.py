@@ -7,7 +7,9 @@ import logging
 import pytest
 import torch
 
-from raytrainer import ConfigError, Trainer, TrainingArguments, preflight
+from raytrainer import ConfigError, Trainer, TrainingArguments
+from raytrainer.preflight import loss as loss_check
+from raytrainer.preflight.loss import check_loss
 from raytrainer.worker.user_errors import describe
 from tests.models import TokenData, make_model
 
@@ -18,7 +20,7 @@ def trainer_of(tmp_path, cls=Trainer, model=None, dataset=None, **kw):
 
 
 def check(trainer):
-    preflight.check_loss(trainer, trainer.train_dataset, "train_dataset")
+    check_loss(trainer, trainer.train_dataset, "train_dataset")
 
 
 class PerTokenLoss(Trainer):
@@ -104,18 +106,18 @@ def test_a_missing_module_on_a_worker_names_runtime_env_working_dir_and_pythonpa
     assert "runtime_env" in line and "working_dir" in line and "PYTHONPATH" in line and "\n" not in line
 
 
-def test_the_check_keeps_no_activation_for_backward(tmp_path):
+def test_the_check_keeps_no_activation_for_backward(tmp_path, monkeypatch):
     """Gradients are on to see that the loss reaches the parameters, but no saved activation is kept: the
     driver's memory is that of a no_grad forward (a large model's 2 rows would otherwise hold gigabytes)."""
     trainer = trainer_of(tmp_path)
     kept = []
-    original = trainer._call_compute_loss
+    original = loss_check.call_compute_loss
 
     def spy(*args, **kwargs):
         loss = original(*args, **kwargs)
         kept.append(loss)
         return loss
-    trainer._call_compute_loss = spy
+    monkeypatch.setattr(loss_check, "call_compute_loss", spy)
     check(trainer)
     assert kept[0].requires_grad
     with pytest.raises((RuntimeError, TypeError), match="unpack_hook"):  # nothing saved: backward cannot run
