@@ -53,6 +53,8 @@ class JobKind(str, enum.Enum):
     TRAIN = "train"
     EVALUATE = "evaluate"
     PREDICT = "predict"
+    SAVE_MODEL = "save_model"  # the hosted mode's save_model() (hosted/)
+    SCRIPT = "script"          # `raytrainer launch script.py`: every rank runs the script (hosted/)
 
     def __str__(self) -> str:
         return self.value
@@ -103,9 +105,11 @@ class Posted:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The driver's control decision: the flags its callbacks set, and their exported states (saved with the
-    next checkpoint's trainer_state.json)."""
+    next checkpoint's trainer_state.json). `reply`: the driver's answer to a request that an event of this
+    batch carried (the hosted mode's claim of an output_dir: a `HostedClaimReply`)."""
     flags: Mapping[str, bool] = field(default_factory=dict)
     states: Mapping[str, Any] = field(default_factory=dict)
+    reply: Any = None
     kind: ClassVar[Kind] = Kind.DECISION
 
 
@@ -174,6 +178,73 @@ class PredictOrder(DatasetOrder):
     job_kind: ClassVar[JobKind] = JobKind.PREDICT
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostedOrder(WorkOrder):
+    """The hosted mode (hosted/, worker/hosted/): a `transformers.Trainer` subclass runs on every rank as the
+    user wrote it. The order travels beside its target: a `HostedScript` (`raytrainer launch`: every rank runs
+    the script) or a `HostedCall` (the Python API: build the trainer, call `method`). `run_id` names the job's
+    leases and commits; `resume`: a Trainer whose train() gets no resume_from_checkpoint continues from its
+    output_dir's newest committed checkpoint; `relayed`: the HF events rank 0 reports to the driver;
+    `storage_options`: for a remote output_dir; `callback_decisions`: as TrainingArguments'."""
+    run_id: str
+    method: Optional[str] = None  # None: a script
+    resume: bool = True
+    relayed: FrozenSet[str] = frozenset()
+    storage_options: Optional[Dict[str, Any]] = None
+    callback_decisions: str = "same_step"
+
+    @property
+    def job_kind(self) -> JobKind:
+        return JobKind.SCRIPT if self.method is None else JobKind(self.method)
+
+
+class HostedScript:
+    """`raytrainer launch`'s target: the script's text (read on the driver: a worker on another node need not
+    have the file), its path (its `__file__`, and its folder on sys.path where the node has it), its arguments
+    and the driver's working directory (a relative output_dir means the same folder as under torchrun)."""
+
+    def __init__(self, path: str, text: str, argv: Sequence[str], cwd: str):
+        self.path, self.text, self.argv, self.cwd = path, text, tuple(argv), cwd
+
+
+class HostedCall:
+    """The Python API's target: `factory(*args, **kwargs)` builds the trainer on each rank (a
+    `transformers.Trainer` subclass, or a function returning one), then `method(*call_args, **call_kwargs)`
+    runs. `args_class(**args_fields)` rebuilds the trainer's arguments object on the rank (one built on the
+    driver and shipped would keep the driver's one-process accelerate state); `trained_state`: the weights of
+    this trainer's last hosted train(), loaded into its model before the call. A plain class (not slots): the
+    transfer walks its attributes to find the modules whose tensors travel by the object store."""
+
+    def __init__(self, factory: Any, args: tuple, kwargs: Dict[str, Any], args_class: Any = None,
+                 args_fields: Optional[Dict[str, Any]] = None, call_args: tuple = (),
+                 call_kwargs: Optional[Dict[str, Any]] = None, trained_state: Any = None):
+        self.factory, self.args, self.kwargs = factory, tuple(args), dict(kwargs)
+        self.args_class, self.args_fields = args_class, args_fields
+        self.call_args, self.call_kwargs = tuple(call_args), dict(call_kwargs or {})
+        self.trained_state = trained_state
+
+
+@dataclass(frozen=True, slots=True)
+class HostedClaim:
+    """Rank 0 of a hosted job, as a Trainer's train() begins: the output_dir it writes (an absolute path or a
+    URL), the Trainer (its class, and its number among the Trainers this job built: 0, 1, ...) and the
+    resume_from_checkpoint the script passed. The driver takes the output_dir's lease and chooses the
+    checkpoint (hosted/claims.py)."""
+    output_dir: str
+    trainer: str
+    index: int
+    requested: Any = None
+    report_to: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostedClaimReply:
+    """The driver's answer to a `HostedClaim`: the committed checkpoint to resume from (None: start), or the
+    error every rank raises."""
+    resume_from: Optional[str] = None
+    error: Optional[str] = None
+
+
 # ---------------------------------------------------------------------------------------- results
 # How a train job ended early: Ctrl-C on the driver (train() raises KeyboardInterrupt), or a preemption at the
 # last step (a preemption before it hands over to Ray Train, which restarts the group: no result).
@@ -210,6 +281,16 @@ class EvaluateResult:
 class PredictResult:
     """Rank 0's result of a predict job: a `state.PredictionOutput` (predictions, label ids, metrics)."""
     prediction: Any
+
+
+@dataclass(frozen=True, slots=True)
+class HostedResult:
+    """Rank 0's result of a hosted job: `runs`, one record per Trainer that trained ({"trainer", "output_dir",
+    "global_step", "checkpoint"}); `value`: what the called method returned (a script: None); `model_state`:
+    after a hosted train(), the trained weights (as in `TrainResult`)."""
+    runs: Tuple[Dict[str, Any], ...] = ()
+    value: Any = None
+    model_state: Any = None
 
 
 # ---------------------------------------------------------------------------------------- workers → driver

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from functools import reduce
 from typing import Any, Tuple, Union
 
@@ -21,10 +22,13 @@ Workers = Union[int, Tuple[int, int]]
 
 
 def parse_workers(value: Any) -> Workers:
-    """The command line's and YAML's spellings: "2", "1,2", "(1, 2)", "[1, 2]" (a YAML list arrives as a list)."""
+    """The command line's and YAML's spellings: "2", "1,2", "1-2" (as torchrun's --nnodes), "(1, 2)", "[1, 2]" (a
+    YAML list arrives as a list)."""
     if not isinstance(value, str):
         return value
     text = value.strip().strip("()[]")
+    if re.fullmatch(r"\d+\s*-\s*\d+", text):
+        text = text.replace("-", ",")
     parts = [p.strip() for p in text.split(",") if p.strip()]
     try:
         numbers = [int(p) for p in parts]

@@ -38,12 +38,14 @@ def list_files(ckpt_url: str, storage_options: dict | None = None) -> dict[str, 
 
 
 def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
-           files: dict[str, int] | None = None, checksums: dict[str, str] | None = None) -> dict:
+           files: dict[str, int] | None = None, checksums: dict[str, str] | None = None,
+           written_by: dict | None = None) -> dict:
     """Write the manifest for a fully written checkpoint; returns it.
 
     `files` lets the writer pass what it wrote (no listing needed); otherwise the directory is listed.
     `checksums` ({relative path: "xxh3:..."}) are those the writer took as it wrote; every file should have one.
     Call only after every file is durably written (and, with several writers, after all of them finished).
+    `written_by`: who wrote it, when not raytrainer's own loop (the hosted mode: {"trainer": class, "index": n}).
     """
     if files is None:
         files = list_files(ckpt_url, storage_options)
@@ -56,6 +58,8 @@ def commit(ckpt_url: str, step: int, storage_options: dict | None = None,
         "files": {str(name): int(size) for name, size in sorted(files.items())},
         "checksums": {str(name): str(value) for name, value in sorted(checksums.items())},
     }
+    if written_by:
+        manifest["written_by"] = dict(written_by)
     write_text(join(ckpt_url, MANIFEST_NAME), json.dumps(manifest, indent=1), storage_options)
     return manifest
 

@@ -16,37 +16,12 @@ import os
 import sys
 
 from ..errors import ConfigError
+from .storage_args import storage_option, storage_options_of
 
 # A one-line summary: evaluation metrics first, then the training ones; runtimes and throughput are noise.
 _TRAIN_METRICS = ("loss", "learning_rate", "epoch")
 _METRIC_NOISE = ("_runtime", "_per_second")
 _MAX_METRICS = 4
-
-
-def _storage_option(text: str) -> tuple[list[str], object]:
-    """KEY=VALUE; a dotted KEY nests (client_kwargs.region_name=...); a JSON object/list/bool is decoded.
-
-    Numbers stay strings on purpose: an access key id made of digits must not become an int.
-    """
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    if value[:1] in ("{", "[") or value in ("true", "false", "null"):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise argparse.ArgumentTypeError(f"{key}: invalid JSON value ({exc.msg})") from None
-    return key.split("."), value
-
-
-def _options(pairs: list) -> dict | None:
-    options: dict = {}
-    for keys, value in pairs or []:
-        node = options
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-        node[keys[-1]] = value
-    return options or None
 
 
 def human_size(size: int) -> str:
@@ -80,7 +55,7 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     from ..checkpoint.listing import list_checkpoints
     from ..storage import describe_error
 
-    options = _options(args.storage_option)
+    options = storage_options_of(args.storage_option)
     try:
         infos = list_checkpoints(args.output_dir, options)
     except Exception as exc:
@@ -181,7 +156,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_consolidate(args: argparse.Namespace) -> int:
     from ..checkpoint.consolidate import consolidate
 
-    print(consolidate(args.checkpoint, args.out, _options(args.storage_option)))
+    print(consolidate(args.checkpoint, args.out, storage_options_of(args.storage_option)))
     return 0
 
 
@@ -212,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                "S3 credentials come from --storage-option key=... secret=... or the AWS_* environment variables.")
     checkpoints.add_argument("output_dir", metavar="OUTPUT_DIR", help="run directory: a local path or fsspec URL")
     checkpoints.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    checkpoints.add_argument("--storage-option", action="append", type=_storage_option, metavar="KEY=VALUE",
+    checkpoints.add_argument("--storage-option", action="append", type=storage_option, metavar="KEY=VALUE",
                              help="fsspec option for OUTPUT_DIR, e.g. endpoint_url=http://127.0.0.1:9000 "
                                   "(repeatable; dotted keys nest, JSON objects are decoded)")
     checkpoints.set_defaults(run=run_checkpoints)
@@ -222,9 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
                                       "one tensor at a time and write model.safetensors (and config.json) to OUT.")
     consolidate.add_argument("checkpoint", metavar="CHECKPOINT", help="a committed checkpoint-<step> directory")
     consolidate.add_argument("out", metavar="OUT", nargs="?", help="where to write (default: CHECKPOINT itself)")
-    consolidate.add_argument("--storage-option", action="append", type=_storage_option, metavar="KEY=VALUE",
+    consolidate.add_argument("--storage-option", action="append", type=storage_option, metavar="KEY=VALUE",
                              help="fsspec option for CHECKPOINT and OUT (repeatable, as for `checkpoints`)")
     consolidate.set_defaults(run=run_consolidate)
+
+    from .launch import add_parser as add_launch
+
+    add_launch(commands)
     return parser
 
 

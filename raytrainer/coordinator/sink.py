@@ -175,7 +175,8 @@ def decision(handler: CallbackHandler) -> Decision:
     """The driver callbacks' flags since the last decision, and their states (`CallbackHandler.take_control`)."""
     taken = dict(handler.take_control())
     states = taken.pop(STATES_KEY, None) or {}
-    return Decision(flags=taken, states=states)
+    take_reply = getattr(handler, "take_reply", None)  # the hosted mode's handler answers claims (hosted/claims.py)
+    return Decision(flags=taken, states=states, reply=take_reply() if take_reply is not None else None)
 
 
 class DirectSink:

@@ -22,6 +22,8 @@ from ..protocol import (
     ERROR,
     EvaluateOrder,
     EvaluateResult,
+    HostedOrder,
+    HostedResult,
     Job,
     PredictResult,
     TrainOrder,
@@ -38,14 +40,18 @@ from .memory import give_back_freed_memory, keep_freed_memory
 from .process_options import setup_process
 from .user_errors import WorkerError, quiet_wrapped_tracebacks
 
-Result = Union[TrainResult, EvaluateResult, PredictResult, None]
+Result = Union[TrainResult, EvaluateResult, PredictResult, HostedResult, None]
 
 
 def run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on_ray: bool = False,
             startup: Optional[Timeline] = None, taken_at: Optional[float] = None) -> Result:
     """Run one work order on this rank; rank 0's result (None on the other ranks). `startup`: a train job's
     start-up timeline on this rank, from the job's receipt (`startup.py`); `taken_at`: the sink's stamp of rank
-    0 taking the job."""
+    0 taking the job. A `HostedOrder`'s `trainer` is its target (a script, or a trainer to build: hosted/)."""
+    if isinstance(order, HostedOrder):
+        from .hosted import run_hosted  # imports transformers: only for hosted jobs
+
+        return run_hosted(trainer, order, ctx, emitter)
     trainer.ctx = ctx
     place_auxiliary_modules(trainer, ctx.device)
     events = LoopEvents(trainer, ctx, emitter, order.control_points, order.rank_callbacks,
@@ -135,7 +141,8 @@ def serve(posted: Job, ctx: WorkerContext, sink):
         raise
     emitter.flush(wait=True)
     if ctx.is_main:
-        shared = isinstance(result, TrainResult)
+        # the weights of a train job (TrainResult, or a hosted train()'s HostedResult)
+        shared = getattr(result, "model_state", None) is not None
         if shared:  # the trained weights go into the object store once; the driver maps them
             result = dataclasses.replace(result, model_state=transfer.put_state(result.model_state))
         emitter.set_result(result)

@@ -96,7 +96,8 @@ def describe(exc: BaseException, rank: int, kind: str) -> str:
     if missing is not None:
         hint = " " + missing_module_hint(missing.name)
     end = "" if place == "" and said.endswith((".", "!", "?")) else "."
-    return f"{kind}() failed on worker rank {rank}: {said}{place}{end}{hint}"
+    call = "the script" if str(kind) == "script" else f"{kind}()"  # `raytrainer launch script.py`
+    return f"{call} failed on worker rank {rank}: {said}{place}{end}{hint}"
 
 
 def _missing_module(exc: BaseException) -> Optional[ModuleNotFoundError]:

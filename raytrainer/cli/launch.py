@@ -1,0 +1,74 @@
+"""`raytrainer launch [OPTIONS] SCRIPT [SCRIPT ARGS]`: the script on N Ray workers, as torchrun would run it
+(hosted/launch.py). The options before SCRIPT are raytrainer's; everything after it is the script's own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..arguments.scaling import parse_workers
+from .storage_args import storage_option, storage_options_of
+
+DESCRIPTION = """\
+Run SCRIPT on N Ray workers, as `torchrun --nproc_per_node N SCRIPT ...` would: every rank runs it, with
+RANK, WORLD_SIZE and LOCAL_RANK set and the process group up. Every transformers.Trainer it builds (TRL's
+SFTTrainer, Seq2SeqTrainer, your own subclass) commits its checkpoints to its output_dir (a local path or an
+fsspec URL such as s3://...), resumes from the newest one when the run restarts after a lost worker or when
+the same command runs again (--fresh starts over), and reports progress and logs to this console.
+
+Ray: RAY_ADDRESS or --ray_address joins a cluster; without one, a local Ray starts here. Under
+`ray job submit -- raytrainer launch ...` the job's cluster is used."""
+
+EPILOG = """\
+examples:
+  raytrainer launch --num_workers 2 train_sft.py --output_dir runs/sft --max_steps 100
+  raytrainer launch --num_workers 2-4 --max_failures 3 train.py --output_dir s3://bucket/runs/sft
+  raytrainer launch --num_workers 2 --storage_options endpoint_url=http://127.0.0.1:9000 train.py ..."""
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    launch = commands.add_parser("launch", help="run a training script on N Ray workers, as torchrun would",
+                                 description=DESCRIPTION, epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 usage="raytrainer launch [OPTIONS] SCRIPT [SCRIPT ARGS ...]")
+    launch.add_argument("--num_workers", type=parse_workers, default=1, metavar="N|MIN-MAX",
+                        help="workers (one per GPU, or per CPU slot); MIN-MAX for an elastic run (default 1)")
+    launch.add_argument("--max_failures", type=int, metavar="K",
+                        help="restarts after a lost worker before the run fails (-1: no limit)")
+    launch.add_argument("--max_preemptions", type=int, metavar="K")
+    launch.add_argument("--storage_options", action="append", type=storage_option, metavar="KEY=VALUE",
+                        help="fsspec option for the output_dir URLs (repeatable; dotted keys nest)")
+    launch.add_argument("--resources_per_worker", type=json.loads, metavar="JSON", help='e.g. \'{"CPU": 4}\'')
+    launch.add_argument("--use_gpu", type=lambda v: v.lower() in ("1", "true", "yes"), metavar="true|false",
+                        help="default: the cluster's GPUs, if it has any")
+    launch.add_argument("--ray_address", metavar="ADDRESS")
+    launch.add_argument("--report_to", nargs="+", metavar="NAME",
+                        help="reporters run on this driver (tensorboard, mlflow, none; default: the script's)")
+    launch.add_argument("--logging_dir", metavar="DIR")
+    launch.add_argument("--run_name")
+    launch.add_argument("--log_level", choices=("debug", "info", "warning", "error", "critical", "passive"))
+    launch.add_argument("--worker_idle_timeout_s", type=float)
+    launch.add_argument("--ddp_timeout", type=int, metavar="SECONDS")
+    launch.add_argument("--hang_warning_s", type=float)
+    launch.add_argument("--disable_tqdm", action="store_true", default=None, help="log lines instead of a bar")
+    launch.add_argument("--fresh", action="store_true",
+                        help="do not resume: every Trainer starts from step 0 (its output_dir's checkpoints stay)")
+    launch.add_argument("script", metavar="SCRIPT", help="the training script, as given to torchrun")
+    launch.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
+                        help="the script's own arguments")
+    launch.set_defaults(run=run_launch)
+    return launch
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from ..hosted.launch import launch
+    options = {name: getattr(args, name) for name in (
+        "num_workers", "max_failures", "max_preemptions", "resources_per_worker", "use_gpu", "ray_address",
+        "report_to", "logging_dir", "run_name", "log_level", "worker_idle_timeout_s", "ddp_timeout",
+        "hang_warning_s", "disable_tqdm") if getattr(args, name) is not None}
+    if args.storage_options:
+        options["storage_options"] = storage_options_of(args.storage_options)
+    if args.fresh:
+        options["resume"] = False
+    launch(args.script, args.script_args, **options)
+    return 0

@@ -1,0 +1,177 @@
+"""The driver's side of a hosted job: the Trainers' claims of their output_dirs, and the one event stream.
+
+As a hosted Trainer's train() begins, rank 0 sends a `HostedClaim` with its control request; the answer
+travels in the decision (`HostedClaimReply`). Here, before the answer:
+- a local output_dir written from several nodes is refused (as in the own loop), the storage is probed
+  (writable, readable, deletable) and the output_dir's one-writer lease taken for the job (kept over the
+  job's restarts, released when it ends: checkpoint/lease.py);
+- the checkpoint to resume from is chosen: the one the script named (checked against its manifest), or with
+  resuming on (the default) the newest committed, intact checkpoint that this same Trainer wrote (its class and
+  its place among the job's Trainers, recorded in the manifest), passing over damaged ones by name; a partial
+  checkpoint (a write that never finished) is removed first, and said so.
+
+Every other event goes to the driver's callbacks, as for raytrainer's own Trainer; each Trainer's train()
+starts a fresh state mirror, and the reporters its arguments named (report_to) start on the driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from .. import storage
+from ..callbacks.base import CallbackHandler
+from ..callbacks.reporters import reporter_callbacks
+from ..checkpoint import lease
+from ..checkpoint.damage import verify
+from ..checkpoint.listing import checkpoint_dirs, remove_partial
+from ..checkpoint.manifest import read_manifest
+from ..coordinator import cluster
+from ..errors import ConfigError, StorageError
+from ..protocol import HostedClaim, HostedClaimReply
+from ..state import TrainerState
+from ..storage import basename
+from ..verbosity import notice
+
+CLAIM = "hosted_claim"
+
+
+class HostedHandler:
+    """The callback handler of a hosted job: answers claims, forwards every other event."""
+
+    def __init__(self, handler: CallbackHandler, run_id: str, resume: bool, storage_options: Optional[dict],
+                 reporters_named: bool):
+        self.handler = handler
+        self.run_id, self.resume, self.storage_options = run_id, resume, storage_options
+        self.reporters_named = reporters_named  # report_to given beside the trainer: the script's is not used
+        self.leases: Dict[str, Any] = {}
+        self.claims: Dict[str, HostedClaim] = {}  # output_dir -> its last claim
+        self._reply: Optional[HostedClaimReply] = None
+
+    @property
+    def state(self) -> TrainerState:
+        return self.handler.state
+
+    def handle(self, event: Dict[str, Any]):
+        if event["kind"] == CLAIM:
+            self._reply = self.answer(event["claim"])
+            return
+        if event["kind"] == "train_begin":  # a Trainer's run: a fresh mirror, as HF's state is per train()
+            self.handler.state = TrainerState()
+        self.handler.handle(event)
+
+    def take_control(self) -> Dict[str, Any]:
+        return self.handler.take_control()
+
+    def take_reply(self) -> Optional[HostedClaimReply]:
+        reply, self._reply = self._reply, None
+        return reply
+
+    def close(self):
+        """Release the job's leases (its output_dirs may be written by the next run)."""
+        for held in self.leases.values():
+            held.release()
+        self.leases.clear()
+
+    def __getattr__(self, name: str):
+        return getattr(self.handler, name)
+
+    # ------------------------------------------------------------------ claims
+    def answer(self, claim: HostedClaim) -> HostedClaimReply:
+        try:
+            url = claim.output_dir
+            if url not in self.leases:
+                self._check_storage(url)
+                self.leases[url] = lease.acquire(url, self.run_id, self.storage_options)
+                notice(f"{_short(claim.trainer)} writes its checkpoints to {url}")
+            self.claims[url] = claim
+            self._start_reporters(claim)
+            return HostedClaimReply(resume_from=self.choose(claim))
+        except (ConfigError, StorageError) as exc:
+            return HostedClaimReply(error=str(exc))
+
+    def _check_storage(self, url: str):
+        if storage.is_local(url) and cluster.workers_may_be_elsewhere():
+            raise StorageError(
+                f"output_dir={url!r} is a local path, but the workers may run on {cluster.alive_node_count()} "
+                "nodes: checkpoints written there could not be read back from the other nodes. Use shared "
+                "storage (s3://..., or a path every node mounts).")
+        storage.check_writable(url, self.storage_options)
+
+    def _start_reporters(self, claim: HostedClaim):
+        """The first claim starts the reporters the script's arguments name (unless some were given beside the
+        trainer), on the driver, writing under its output_dir."""
+        args = self.handler.args
+        args.output_dir = claim.output_dir
+        if self.reporters_named or any(getattr(c, "_hosted_reporter", False) for c in self.handler.callbacks):
+            return
+        names = [n for n in claim.report_to if n not in ("none",)]
+        if not names:
+            return
+        view = type("ReportTo", (), {"report_to": names})()
+        try:
+            made = reporter_callbacks(view)
+        except (KeyError, ValueError):
+            notice(f"report_to={names} of the script: not all are reporters raytrainer runs on the driver; "
+                   "pass report_to beside the trainer to choose.")
+            return
+        for callback in made:
+            callback._hosted_reporter = True
+            self.handler.add(callback)
+
+    def choose(self, claim: HostedClaim) -> Optional[str]:
+        """The checkpoint the Trainer resumes from (module docstring), or None to start."""
+        url, requested = claim.output_dir, claim.requested
+        if requested is False or (requested is None and not self.resume):
+            return None
+        if isinstance(requested, str):
+            return self._named(requested)
+        removed = remove_partial(url, self.storage_options)
+        if removed:
+            notice(f"removed {len(removed)} unfinished checkpoint(s) under {url}: "
+                   + ", ".join(basename(r) for r in removed))
+        damaged, others = [], set()
+        for _, ckpt in reversed(checkpoint_dirs(url, self.storage_options)):
+            manifest = read_manifest(ckpt, self.storage_options)
+            if manifest is None:
+                continue
+            writer = manifest.get("written_by") or {}
+            if writer.get("trainer") != claim.trainer or writer.get("index") != claim.index:
+                others.add(writer.get("trainer", "raytrainer.Trainer"))
+                continue
+            damage = verify(ckpt, self.storage_options, manifest)
+            if damage is not None:
+                damaged.append(damage)
+                continue
+            why = ("; passed over " + "; ".join(f"{basename(d.ckpt_url)} ({d.name}: {d.problem})" for d in damaged)
+                   + " (left in place)") if damaged else ""
+            notice(f"{_short(claim.trainer)} resumes from {basename(ckpt)} (step {manifest['step']}) under "
+                   f"{url}{why}")
+            return ckpt
+        if damaged:
+            notice(f"{_short(claim.trainer)} starts from step 0: every checkpoint it wrote under {url} is damaged ("
+                   + "; ".join(f"{basename(d.ckpt_url)}: {d.name}: {d.problem}" for d in damaged) + ")")
+        elif others:
+            notice(f"{_short(claim.trainer)} starts from step 0: the checkpoints under {url} were written by "
+                   f"another trainer ({', '.join(sorted(map(_short, others)))})")
+        if requested is True:
+            raise ConfigError(f"resume_from_checkpoint=True, but {url} holds no intact checkpoint of this "
+                              f"{_short(claim.trainer)}.")
+        return None
+
+    def _named(self, requested: str) -> str:
+        """resume_from_checkpoint=<path or URL>: a committed checkpoint is checked against its manifest; a folder
+        HF wrote without raytrainer is passed to HF as it is."""
+        url = storage.absolute_if_local(requested)
+        manifest = read_manifest(url, self.storage_options)
+        if manifest is not None:
+            damage = verify(url, self.storage_options, manifest)
+            if damage is not None:
+                raise damage
+            return url
+        if storage.exists(url, self.storage_options):
+            return url
+        raise ConfigError(f"resume_from_checkpoint={requested!r}: no such checkpoint.")
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]

@@ -1,0 +1,68 @@
+"""`raytrainer launch script.py`: an unmodified training script on N Ray workers, as torchrun would run it.
+
+Every rank runs the script (RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR set, the process group up, as under
+torchrun); every `transformers.Trainer` it builds is hosted (worker/hosted/host.py): committed checkpoints on
+any fsspec URL, automatic resume (a restart after a lost worker, or the same command run again), and one event
+stream to this process, the driver, which shows progress and runs the reporters. The script is read and
+compiled here first, so a missing file or a syntax error fails before any worker starts; its text travels with
+the job (a worker on another node need not have the file).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any, Sequence
+
+from ..callbacks.base import CallbackHandler
+from ..callbacks.progress import PrinterCallback, ProgressCallback
+from ..callbacks.reporters import reporter_callbacks
+from ..coordinator import holders
+from ..errors import ConfigError
+from ..protocol import HostedOrder, HostedResult, HostedScript, LogLevels
+from ..state import TrainerState
+from ..verbosity import notice, quiet_driver, worker_level
+from . import run
+from .claims import HostedHandler
+from .options import host_options
+
+
+def launch(script: str, script_args: Sequence[str] = (), **options: Any) -> HostedResult:
+    """Run `script` with `script_args` on the workers `options` ask for (raytrainer's options: num_workers,
+    max_failures, storage_options, report_to, resume, ...); rank 0's `HostedResult` (one record per Trainer
+    that trained)."""
+    path = os.path.abspath(script)
+    text = read_script(path)
+    args, resume = host_options(options, "raytrainer launch")
+    quiet_driver(args)
+    progress = PrinterCallback if args.disable_tqdm else ProgressCallback
+    handler = CallbackHandler([progress(), *reporter_callbacks(args)], args, TrainerState())
+    run_id = uuid.uuid4().hex[:12]
+    order = HostedOrder(run_id=run_id, method=None, resume=resume, storage_options=args.storage_options,
+                        callback_decisions=args.callback_decisions, control_points=handler.control_points(),
+                        log_levels=LogLevels(rank0=worker_level(args, 0, driver_ran_model=True),
+                                             replica=worker_level(args, 1, driver_ran_model=True)))
+    claims = HostedHandler(handler, run_id, resume, args.storage_options, reporters_named="report_to" in options)
+    user = holders.PoolUser(owner=f"raytrainer launch {script}")
+    try:
+        result = run.run(HostedScript(path, text, tuple(script_args), os.getcwd()), order, args, claims, user)
+    finally:
+        user.release()
+    for record in result.runs:
+        where = record["checkpoint"] or record["output_dir"]
+        notice(f"{record['trainer'].rsplit('.', 1)[-1]} trained {record['global_step']} steps; "
+               f"last checkpoint: {where}")
+    return result
+
+
+def read_script(path: str) -> str:
+    """The script's text, compiled once here: a missing file or a syntax error fails before any worker."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"raytrainer launch: {path} is not a file (relative paths start at {os.getcwd()}).")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        compile(text, path, "exec")
+    except SyntaxError as exc:
+        raise ConfigError(f"raytrainer launch: {path}:{exc.lineno}: {exc.msg}. The script does not parse.") from None
+    return text

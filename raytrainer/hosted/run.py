@@ -1,0 +1,55 @@
+"""Running one hosted order (a script, or a call on a trainer) on the process's pool of worker groups.
+
+The same path as raytrainer's own Trainer from here on (coordinator/dispatch.py): an idle group of the pool
+that fits is taken (consecutive runs, SFT then DPO, pay one group start), the order and its target are
+packed once (their tensors and Arrow buffers through the object store: transfer.py), and the driver pumps
+the job's events into its callbacks until rank 0's result comes back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from .. import transfer
+from ..coordinator import cluster, dispatch, holders
+from ..errors import ConfigError
+from ..preflight.placement import check_placement
+from ..protocol import HostedOrder, HostedResult
+from .claims import HostedHandler
+
+
+def run(target: Any, order: HostedOrder, args, handler: HostedHandler, user: holders.PoolUser,
+        receive: Optional[Callable[[HostedResult], Any]] = None) -> Any:
+    """Run `order` on its `target` (`protocol.HostedScript` or `HostedCall`); rank 0's `HostedResult` as
+    `receive(result)` returns it (called while the result's weights still exist). `args`: raytrainer's options
+    of the run (`options.host_options`)."""
+    cluster.connect(args.ray_address)
+    use_gpu = cluster.cluster_has_gpus() if args.use_gpu is None else bool(args.use_gpu)
+    check_placement(args, use_gpu, reads_ray_data=False)
+    packed = pack(target, order)
+    try:
+        return dispatch.run(packed, order.job_kind, args=args, handler=handler, user=user, datasets={},
+                            use_gpu=use_gpu, receive=receive)
+    finally:
+        handler.close()
+
+
+def pack(target: Any, order: HostedOrder) -> transfer.Packed:
+    """The target and its order as the workers receive them; an argument that cannot travel is named."""
+    try:
+        return transfer.pack((target, order))
+    except Exception as exc:
+        named = {**{f"argument {i}": v for i, v in enumerate(getattr(target, "args", ()))},
+                 **getattr(target, "kwargs", {})}
+        import cloudpickle
+
+        for name, value in named.items():
+            try:
+                cloudpickle.dumps(value)
+            except Exception as culprit:  # noqa: BLE001 (whatever the pickler raises)
+                raise ConfigError(
+                    f"The trainer's {name}={type(value).__name__} cannot be sent to the workers "
+                    f"({type(culprit).__name__}: {culprit}). Pass something that can be pickled (a function "
+                    "defined at module level, a datasets.Dataset, a model), or build it inside a factory "
+                    "function given to hosted() instead of the trainer class.") from exc
+        raise ConfigError(f"The hosted run cannot be sent to the workers ({type(exc).__name__}: {exc}).") from exc

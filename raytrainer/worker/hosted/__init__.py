@@ -1,0 +1,89 @@
+"""The hosted mode on a worker: a `transformers.Trainer` subclass (TRL's, Seq2SeqTrainer, a team's own) runs
+as its user wrote it, on every rank of the worker group, inside raytrainer's guarantees.
+
+`run_hosted` serves one `HostedOrder` (`protocol.py`): a script (`raytrainer launch`: every rank runs it, as
+under torchrun) or a call (the Python API: the trainer is built here from its class and constructor
+arguments, then train / evaluate / predict / save_model runs). While it runs, `host.py` wraps
+transformers.Trainer's methods (checkpoints committed, resume, events), and `sandbox.py` keeps what the job
+changes in this long-lived process from reaching the next job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any, Optional
+
+from ...checkpoint.model_io import load_into
+from ...errors import ConfigError
+from ...protocol import HostedCall, HostedOrder, HostedResult, HostedScript
+from .host import Host, installed
+from .sandbox import sandbox
+
+
+class ScriptExit(RuntimeError):
+    """The script called sys.exit() with a failure status."""
+
+
+def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[HostedResult]:
+    """Run the order on this rank; rank 0's `HostedResult` (None on the other ranks)."""
+    host = Host(order, ctx, emitter)
+    value = model_state = None
+    with sandbox(), installed(host):
+        if ctx.device.type == "cpu":
+            # accelerate treats a CPU process as distributed only when told (`accelerate launch --cpu`, or
+            # use_cpu=True): without it every rank of a CPU group would train alone, as under torchrun.
+            os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+        if isinstance(target, HostedScript):
+            run_script(target)
+        else:
+            trainer = build_trainer(target)
+            value = getattr(trainer, order.method)(*target.call_args, **target.call_kwargs)
+            if order.method == "train" and ctx.is_main:
+                model_state = trained_state(trainer)
+    if not ctx.is_main:
+        return None
+    return HostedResult(runs=tuple(host.runs), value=value, model_state=model_state)
+
+
+def run_script(script: HostedScript):
+    """Run the script as `python script.py ARGS` would: `__name__ == "__main__"`, its `__file__`, sys.argv, its
+    folder first on sys.path, in the driver's working directory where this node has it."""
+    module = types.ModuleType("__main__")
+    module.__file__ = script.path
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+    sys.argv[:] = [script.path, *script.argv]
+    folder = os.path.dirname(os.path.abspath(script.path))
+    sys.path.insert(0, folder)
+    if os.path.isdir(script.cwd):
+        os.chdir(script.cwd)
+    code = compile(script.text, script.path, "exec")
+    try:
+        exec(code, module.__dict__)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise ScriptExit(f"the script exited with status {exc.code!r}") from None
+
+
+def build_trainer(call: HostedCall):
+    """The trainer, built on this rank from what the driver gave: its arguments object rebuilt here first."""
+    import transformers
+
+    kwargs = dict(call.kwargs)
+    if call.args_class is not None:
+        kwargs["args"] = call.args_class(**call.args_fields)
+    trainer = call.factory(*call.args, **kwargs)
+    if not isinstance(trainer, transformers.Trainer):
+        raise ConfigError(f"{getattr(call.factory, '__name__', call.factory)!r} returned "
+                          f"{type(trainer).__name__}, not a transformers.Trainer (or a subclass of it).")
+    if call.trained_state is not None:  # this trainer's last hosted train(): its weights
+        load_into(trainer.model, call.trained_state)
+    return trainer
+
+
+def trained_state(trainer) -> dict:
+    """Rank 0's trained weights, for the driver's model (a state dict of CPU tensors)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return {name: value.detach().cpu() for name, value in model.state_dict().items()}

@@ -1,0 +1,151 @@
+"""A hosted job on one rank: every `transformers.Trainer` built while it runs gets raytrainer's checkpoints,
+resume and event relay, without a changed line in the user's code.
+
+While the job runs, three methods of `transformers.Trainer` itself are wrapped (so every subclass, TRL's
+included, gets them through its own `super()` calls; restored when the job ends):
+
+- `__init__`: a remote output_dir (`s3://...`) becomes a local staging directory for HF to write into (the URL
+  is kept on the arguments); the progress bars and reporting integrations leave the workers (the driver shows
+  progress and runs the reporters, from the relayed events); the `Relay` callback is added.
+- `train`: rank 0 claims the output_dir from the driver (`HostedClaim`: the driver takes its lease and
+  chooses the checkpoint to resume from, hosted/claims.py); every rank gets the answer, each node fetches
+  that checkpoint into its staging directory, and HF's own `train(resume_from_checkpoint=...)` continues.
+- `save_model`: a URL, or the run's own output_dir, is written to staging and uploaded by the process that
+  saves (HF's `should_save`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Dict, Iterator, List, Optional
+
+from ...checkpoint import hf_dirs
+from ...errors import ConfigError
+from ...protocol import HostedClaim, HostedOrder
+from ...storage import absolute_if_local, is_local, local_path
+from ...storage.upload import upload_dir
+from .relay import Relay
+
+logger = logging.getLogger("raytrainer")
+
+URL_ATTRIBUTE = "_raytrainer_output_url"  # set on a hosted Trainer's arguments: its output_dir as given
+
+
+class Host:
+    def __init__(self, order: HostedOrder, ctx, emitter):
+        self.order, self.ctx, self.emitter = order, ctx, emitter
+        self.trainers: List[Any] = []  # built during the job, in order: a Trainer's index is its place here
+        self.runs: List[Dict[str, Any]] = []  # one record per train() that ended (HostedResult.runs)
+        self.reporters: Dict[int, tuple] = {}  # id(trainer) -> the report_to names it had (they run on the driver)
+
+    # ------------------------------------------------------------------ what the wrapped methods ask
+    def url_of(self, trainer) -> str:
+        return getattr(trainer.args, URL_ATTRIBUTE, None) or absolute_if_local(trainer.args.output_dir)
+
+    def written_by(self, trainer) -> dict:
+        return {"trainer": _class_name(trainer), "index": self.trainers.index(trainer)}
+
+    def stage(self, args):
+        """Before HF's __init__ reads them: a remote output_dir is written into this node's staging folder."""
+        if args is None or getattr(args, URL_ATTRIBUTE, None) is not None:
+            return
+        url = absolute_if_local(str(args.output_dir))
+        setattr(args, URL_ATTRIBUTE, url)
+        if not is_local(url):
+            args.output_dir = hf_dirs.staging_dir(url)
+
+    def adopt(self, trainer):
+        """After HF's __init__: progress and reporting go to the driver; the relay is added."""
+        self.trainers.append(trainer)
+        removed = []
+        for callback in list(trainer.callback_handler.callbacks):
+            name = type(callback).__name__
+            module = type(callback).__module__
+            if name in ("ProgressCallback", "PrinterCallback", "NotebookProgressCallback") or \
+                    module.startswith("transformers.integrations"):
+                trainer.callback_handler.remove_callback(callback)
+                removed.append(name)
+        self.reporters[id(trainer)] = tuple(getattr(trainer.args, "report_to", None) or ())
+        trainer.add_callback(Relay(self, trainer))
+
+    def claim(self, trainer, requested) -> Optional[str]:
+        """Every rank, as train() begins: the local checkpoint HF resumes from (None: start), chosen by the
+        driver for this Trainer's output_dir and fetched into this node's staging folder."""
+        reply = None
+        if self.ctx.is_main:
+            claim = HostedClaim(output_dir=self.url_of(trainer), trainer=_class_name(trainer),
+                                index=self.trainers.index(trainer) if trainer in self.trainers else -1,
+                                requested=requested if isinstance(requested, (str, bool)) else None,
+                                report_to=self.reporters.get(id(trainer), ()))
+            self.emitter.emit("hosted_claim", hold=True, claim=claim)
+            reply = self.emitter.request_control().reply
+        reply = self.ctx.broadcast_object(reply)
+        if reply is None:
+            raise ConfigError("The driver did not answer this Trainer's claim of its output_dir: a hosted job "
+                              "must be run by raytrainer.hosted(...) or `raytrainer launch`.")
+        if reply.error:
+            raise ConfigError(reply.error)
+        if reply.resume_from is None:
+            return None
+        if is_local(reply.resume_from):  # read in place (verified by the driver); a plain HF folder as given
+            return local_path(reply.resume_from)
+        if self.ctx.local_rank == 0:  # one download per node, every byte checked against the manifest
+            hf_dirs.fetch(reply.resume_from, self.order.storage_options)
+        self.ctx.barrier()
+        return hf_dirs.fetched_path(reply.resume_from)
+
+    def record(self, trainer, relay_checkpoint: Optional[str]):
+        state = trainer.state
+        self.runs.append({"trainer": _class_name(trainer), "index": self.trainers.index(trainer),
+                          "output_dir": self.url_of(trainer), "global_step": state.global_step,
+                          "checkpoint": relay_checkpoint, "log_history": list(state.log_history)})
+
+
+def _class_name(trainer) -> str:
+    return f"{type(trainer).__module__}.{type(trainer).__qualname__}"
+
+
+def _relay_of(trainer) -> Optional[Relay]:
+    return next((c for c in trainer.callback_handler.callbacks if isinstance(c, Relay)), None)
+
+
+@contextlib.contextmanager
+def installed(host: Host) -> Iterator[Host]:
+    """Wrap transformers.Trainer's __init__, train and save_model for the job's duration."""
+    import transformers
+
+    base = transformers.Trainer
+    originals = {name: base.__dict__[name] for name in ("__init__", "train", "save_model")}
+    init, train, save_model = originals["__init__"], originals["train"], originals["save_model"]
+
+    def hosted_init(self, *args, **kwargs):
+        host.stage(kwargs["args"] if "args" in kwargs else (args[1] if len(args) > 1 else None))
+        init(self, *args, **kwargs)
+        host.stage(self.args)  # HF built default arguments: nothing to stage, but the URL is recorded
+        host.adopt(self)
+
+    def hosted_train(self, resume_from_checkpoint=None, *args, **kwargs):
+        resume = host.claim(self, resume_from_checkpoint)
+        output = train(self, resume, *args, **kwargs)
+        relay = _relay_of(self)
+        host.record(self, relay.checkpoint if relay is not None else None)
+        return output
+
+    def hosted_save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
+        if _internal_call:  # a checkpoint's model, inside staging: committed with the checkpoint
+            return save_model(self, output_dir, _internal_call=True)
+        url = absolute_if_local(output_dir) if output_dir else host.url_of(self)
+        if is_local(url):
+            return save_model(self, local_path(url))
+        staging = hf_dirs.staging_dir(url)
+        save_model(self, staging)
+        if self.args.should_save:
+            upload_dir(staging, url, host.order.storage_options)
+
+    base.__init__, base.train, base.save_model = hosted_init, hosted_train, hosted_save_model
+    try:
+        yield host
+    finally:
+        for name, method in originals.items():
+            setattr(base, name, method)

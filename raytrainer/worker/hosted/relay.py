@@ -1,0 +1,127 @@
+"""The callback every hosted Trainer gets on every rank: its events reach the driver, the driver's control
+decisions reach every rank at the same step, and each checkpoint HF writes is committed.
+
+HF's `CallbackHandler` calls it on every rank, in the same order (HF's own flow is the same on all ranks),
+so `LoopEvents` can do here what it does in raytrainer's own loop (worker/loop_events.py): rank 0 reports the
+event (buffered; observing costs no round trip), and only where a driver callback can change control does
+rank 0 wait for the driver's decision, which one small all-reduce then gives every rank. The flags decided
+on the driver are added to HF's own (`should_save` from save_steps stays set; a driver's stop is added).
+
+`on_save` runs after HF wrote `checkpoint-N` on every rank: after a barrier each node's files are uploaded (a
+remote output_dir) or read once for their checksums (a local one), and rank 0 writes the manifest last
+(checkpoint/hf_dirs.py), under the run's lease; only then does the driver hear of the save.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from transformers import TrainerCallback
+
+from ...callbacks.base import CONTROL_FLAGS
+from ...checkpoint import hf_dirs, lease
+from ...checkpoint.listing import checkpoint_name
+from ...checkpoint.retention import rotate
+from ...storage import is_local, join
+from ..loop_events import LoopEvents
+
+# The HF events a hosted Trainer reports whatever the driver's callbacks listen to: progress, logs and the
+# run's records need them. Others (step_begin, substep_end, ...) only when a driver callback listens.
+ALWAYS_RELAYED = frozenset({"train_begin", "epoch_begin", "step_end", "log", "evaluate", "save", "epoch_end",
+                            "train_end", "predict"})
+
+
+class Relay(TrainerCallback):
+    def __init__(self, host, trainer):
+        self.host, self.trainer = host, trainer
+        order = host.order
+        self.events = LoopEvents(trainer, host.ctx, host.emitter, order.control_points,
+                                 next_step=order.callback_decisions == "next_step")
+        self.relayed = ALWAYS_RELAYED | order.relayed
+        self.checkpoint = None  # the URL of the last committed checkpoint
+
+    def _fire(self, event: str, control, **payload):
+        if event not in self.relayed:
+            return control
+        decided = self.events.fire(event, **payload)
+        for name in CONTROL_FLAGS:
+            if getattr(decided, name):
+                setattr(control, name, True)
+        if event == "step_end":
+            self.events.end_step()
+        return control
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        return self._fire("train_begin", control, max_steps=state.max_steps,
+                          num_train_epochs=state.num_train_epochs, world_size=self.host.ctx.world_size,
+                          trainer=type(self.trainer).__name__, output_dir=self.host.url_of(self.trainer))
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        return self._fire("epoch_begin", control)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        return self._fire("step_begin", control)
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        return self._fire("substep_end", control)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        return self._fire("pre_optimizer_step", control)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        return self._fire("optimizer_step", control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return self._fire("step_end", control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return self._fire("log", control, logs=dict(logs or {}))
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        return self._fire("evaluate", control, metrics=dict(metrics or {}))
+
+    def on_predict(self, args, state, control, metrics=None, **kwargs):
+        return self._fire("predict", control, metrics=dict(metrics or {}))
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        return self._fire("epoch_end", control)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        return self._fire("train_end", control)
+
+    def on_save(self, args, state, control, **kwargs):
+        url = self._commit(args, state)
+        best = state.best_model_checkpoint
+        if best and best.startswith(args.output_dir):  # a staging path: name it by the output_dir's URL
+            best = join(self.host.url_of(self.trainer), os.path.basename(best))
+        return self._fire("save", control, checkpoint=url, best_model_checkpoint=best, best_metric=state.best_metric)
+
+    def _commit(self, args, state) -> str:
+        host, ctx = self.host, self.host.ctx
+        run_url = host.url_of(self.trainer)
+        name = checkpoint_name(state.global_step)
+        local, url = os.path.join(args.output_dir, name), join(run_url, name)
+        remote = not is_local(run_url)
+        ctx.barrier()  # every rank's files (rng states, sharded optimizer parts) are written
+        options = host.order.storage_options
+        writes = ctx.local_rank == 0 if remote else ctx.is_main  # a remote run: one uploader per node
+        held = hf_dirs.node_files(local, url if remote else None, options) if writes else ({}, {})
+        held = ctx.all_gather_object(held)
+        if ctx.is_main:
+            lease.check_held(run_url, host.order.run_id, options)
+            hf_dirs.commit(url, state.global_step, held, options, written_by=host.written_by(self.trainer))
+            if remote:
+                rotate(run_url, args.save_total_limit, state.best_model_checkpoint, options)
+        if remote and ctx.local_rank == 0:
+            _drop_staged(args.output_dir, keep={name, os.path.basename(state.best_model_checkpoint or "")})
+        ctx.barrier()  # no rank goes on (or reports the save) before the checkpoint is committed
+        self.checkpoint = url
+        return url
+
+
+def _drop_staged(staging: str, keep: set):
+    """A remote run's staging keeps only what HF may still read: the newest checkpoint and the best."""
+    for entry in os.listdir(staging):
+        if entry.startswith("checkpoint-") and entry not in keep and os.path.isdir(os.path.join(staging, entry)):
+            shutil.rmtree(os.path.join(staging, entry), ignore_errors=True)
