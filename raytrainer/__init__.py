@@ -22,7 +22,7 @@ _EXPORTS = {
     "DefaultCollator": ".data.collator", "ConfigError": ".errors", "StorageError": ".errors",
     "register_reporter": ".arguments.report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
     "TrainerControl": ".state", "TrainerState": ".state", "TrainOutput": ".state", "Trainer": ".trainer",
-    "hosted": ".hosted.api", "HostedTrainer": ".hosted.api", "launch": ".hosted.launch",
+    "hosted": ".hosting.api", "HostedTrainer": ".hosting.api", "launch": ".hosting.launch",
 }
 
 __all__ = [
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
     from .callbacks.progress import PrinterCallback, ProgressCallback
     from .data.collator import DefaultCollator
     from .errors import ConfigError, StorageError
-    from .hosted.api import HostedTrainer, hosted
-    from .hosted.launch import launch
+    from .hosting.api import HostedTrainer, hosted
+    from .hosting.launch import launch
     from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
     from .trainer import Trainer

@@ -53,8 +53,8 @@ class JobKind(str, enum.Enum):
     TRAIN = "train"
     EVALUATE = "evaluate"
     PREDICT = "predict"
-    SAVE_MODEL = "save_model"  # the hosted mode's save_model() (hosted/)
-    SCRIPT = "script"          # `raytrainer launch script.py`: every rank runs the script (hosted/)
+    SAVE_MODEL = "save_model"  # the hosted mode's save_model() (hosting/)
+    SCRIPT = "script"          # `raytrainer launch script.py`: every rank runs the script (hosting/)
 
     def __str__(self) -> str:
         return self.value
@@ -229,7 +229,7 @@ class HostedClaim:
     """Rank 0 of a hosted job, as a Trainer's train() begins: the output_dir it writes (an absolute path or a
     URL), the Trainer (its class, and its number among the Trainers this job built: 0, 1, ...) and the
     resume_from_checkpoint the script passed. The driver takes the output_dir's lease and chooses the
-    checkpoint (hosted/claims.py)."""
+    checkpoint (hosting/claims.py)."""
     output_dir: str
     trainer: str
     index: int

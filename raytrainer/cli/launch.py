@@ -1,5 +1,5 @@
 """`raytrainer launch [OPTIONS] SCRIPT [SCRIPT ARGS]`: the script on N Ray workers, as torchrun would run it
-(hosted/launch.py). The options before SCRIPT are raytrainer's; everything after it is the script's own."""
+(hosting/launch.py). The options before SCRIPT are raytrainer's; everything after it is the script's own."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    from ..hosted.launch import launch
+    from ..hosting.launch import launch
     options = {name: getattr(args, name) for name in (
         "num_workers", "max_failures", "max_preemptions", "resources_per_worker", "use_gpu", "ray_address",
         "report_to", "logging_dir", "run_name", "log_level", "worker_idle_timeout_s", "ddp_timeout",

@@ -175,7 +175,7 @@ def decision(handler: CallbackHandler) -> Decision:
     """The driver callbacks' flags since the last decision, and their states (`CallbackHandler.take_control`)."""
     taken = dict(handler.take_control())
     states = taken.pop(STATES_KEY, None) or {}
-    take_reply = getattr(handler, "take_reply", None)  # the hosted mode's handler answers claims (hosted/claims.py)
+    take_reply = getattr(handler, "take_reply", None)  # the hosted mode's handler answers claims (hosting/claims.py)
     return Decision(flags=taken, states=states, reply=take_reply() if take_reply is not None else None)
 
 

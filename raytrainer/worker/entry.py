@@ -47,7 +47,7 @@ def run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on_
             startup: Optional[Timeline] = None, taken_at: Optional[float] = None) -> Result:
     """Run one work order on this rank; rank 0's result (None on the other ranks). `startup`: a train job's
     start-up timeline on this rank, from the job's receipt (`startup.py`); `taken_at`: the sink's stamp of rank
-    0 taking the job. A `HostedOrder`'s `trainer` is its target (a script, or a trainer to build: hosted/)."""
+    0 taking the job. A `HostedOrder`'s `trainer` is its target (a script, or a trainer to build: hosting/)."""
     if isinstance(order, HostedOrder):
         from .hosted import run_hosted  # imports transformers: only for hosted jobs
 

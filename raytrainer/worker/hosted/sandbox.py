@@ -25,6 +25,8 @@ from typing import Dict, Iterator
 import torch
 import torch.distributed as dist
 
+from ...verbosity import verbose
+
 logger = logging.getLogger("raytrainer")
 
 PATCHED_PACKAGES = ("transformers.",)  # whose modules' attributes are put back after a job
@@ -36,9 +38,11 @@ def sandbox() -> Iterator[None]:
     main, dtype = sys.modules.get("__main__"), torch.get_default_dtype()
     modules = _ModuleSnapshots()
     restore_dist = _guard_process_group()
+    restore_bars = _quiet_dataset_bars()
     try:
         yield
     finally:
+        restore_bars()
         restore_dist()
         modules.restore()
         os.environ.clear()
@@ -61,6 +65,19 @@ def reset_accelerate():
         return
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+def _quiet_dataset_bars():
+    """datasets' progress bars (a TRL trainer maps its dataset several times) stay off on the workers: every
+    rank's bar would reach the driver's console. Returns what turns them back to how they were."""
+    try:
+        from datasets.utils import logging as datasets_logging
+    except ImportError:
+        return lambda: None
+    if verbose() or not datasets_logging.is_progress_bar_enabled():
+        return lambda: None
+    datasets_logging.disable_progress_bar()
+    return datasets_logging.enable_progress_bar
 
 
 def _guard_process_group():

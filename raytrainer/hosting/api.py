@@ -6,7 +6,7 @@
     trainer.train(); trainer.evaluate(); trainer.predict(test); trainer.save_model()
 
 `hosted(cls, **options)` takes the trainer class (or a function that builds one) and raytrainer's options
-(hosted/options.py); calling it with the class's own constructor arguments gives a `HostedTrainer`. Nothing is
+(hosting/options.py); calling it with the class's own constructor arguments gives a `HostedTrainer`. Nothing is
 built on the driver: each call ships the class and its arguments (their tensors and datasets through the
 object store), and every rank builds the trainer, so accelerate sets it up for the worker group's process
 group. The arguments object (`SFTConfig`, `Seq2SeqTrainingArguments`, ...) is rebuilt on each rank from its
@@ -39,7 +39,7 @@ from ..errors import ConfigError
 from ..protocol import HostedCall, HostedOrder, HostedResult, LogLevels
 from ..state import TrainerState
 from ..transfer import SharedState, fetch_state
-from ..verbosity import quiet_driver, worker_level
+from ..verbosity import notice, quiet_driver, worker_level
 from . import run
 from .claims import HostedHandler
 from .options import host_options, misplaced
@@ -216,9 +216,34 @@ def _trainer_arguments(factory: Any, args: list, kwargs: dict):
 
 
 def _fields(arguments) -> dict:
-    """What rebuilds `arguments` on a rank: its init fields as they are now."""
-    return {f.name: getattr(arguments, f.name) for f in dataclasses.fields(arguments)
-            if f.init and hasattr(arguments, f.name)}
+    """What rebuilds `arguments` on a rank: its init fields as they are now, less those its `__post_init__`
+    derived from the driver's one process (see `_undo_one_process`). Checked here by building it once."""
+    fields = {f.name: getattr(arguments, f.name) for f in dataclasses.fields(arguments)
+              if f.init and hasattr(arguments, f.name)}
+    _undo_one_process(fields)
+    try:
+        type(arguments)(**fields)
+    except Exception as exc:  # noqa: BLE001 (whatever its __post_init__ raises)
+        raise ConfigError(
+            f"{type(arguments).__name__} cannot be rebuilt from its fields on the workers ({type(exc).__name__}: "
+            f"{exc}). Give hosted() a function that builds the trainer and its arguments instead of the class: "
+            "it runs on every rank.") from exc
+    return fields
+
+
+def _undo_one_process(fields: dict):
+    """TRL's online trainers (GRPO, RLOO) derive one of `generation_batch_size` and `steps_per_generation` from the
+    other and the number of processes, which was 1 on the driver, so that both are set by now. The per-rank one
+    (`steps_per_generation`) is kept and the total derived again on each rank for the group's size; when it is
+    not the default (gradient_accumulation_steps), the user may have set the total instead: say so."""
+    total, steps = fields.get("generation_batch_size"), fields.get("steps_per_generation")
+    if total is None or steps is None:
+        return
+    fields["generation_batch_size"] = None
+    if steps != fields.get("gradient_accumulation_steps", 1):
+        notice(f"steps_per_generation={steps} is kept and generation_batch_size is derived again on each rank for "
+               "the worker group's size. If you set generation_batch_size yourself, build the config inside a "
+               "function given to hosted() (it runs on every rank).")
 
 
 def _modules(value, depth: int = 6) -> list:

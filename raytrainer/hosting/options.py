@@ -38,7 +38,7 @@ def host_options(options: Dict[str, Any], where: str) -> Tuple[TrainingArguments
     if not isinstance(resume, bool):
         raise ConfigError(f"resume={resume!r}: True (continue from the newest checkpoint) or False (start fresh).")
     # output_dir is each Trainer's own (claimed when its train() begins): a placeholder the run never writes,
-    # and the multi-node check of a local output_dir is the claim's (hosted/claims.py).
+    # and the multi-node check of a local output_dir is the claim's (hosting/claims.py).
     args = TrainingArguments(output_dir=os.path.join(tempfile.gettempdir(), "raytrainer-hosted"),
                              allow_local_output_dir_on_multinode=True, **options)
     if "logging_dir" not in options:

@@ -90,7 +90,7 @@ class HostedHandler:
             return HostedClaimReply(error=str(exc))
 
     def _check_storage(self, url: str):
-        if storage.is_local(url) and cluster.workers_may_be_elsewhere():
+        if storage.is_local(url) and _connected() and cluster.workers_may_be_elsewhere():
             raise StorageError(
                 f"output_dir={url!r} is a local path, but the workers may run on {cluster.alive_node_count()} "
                 "nodes: checkpoints written there could not be read back from the other nodes. Use shared "
@@ -171,6 +171,12 @@ class HostedHandler:
         if storage.exists(url, self.storage_options):
             return url
         raise ConfigError(f"resume_from_checkpoint={requested!r}: no such checkpoint.")
+
+
+def _connected() -> bool:
+    import ray
+
+    return ray.is_initialized()
 
 
 def _short(name: str) -> str:

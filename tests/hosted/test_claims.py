@@ -1,0 +1,135 @@
+"""The driver's answer to a hosted Trainer's claim of its output_dir (raytrainer/hosting/claims.py): the lease,
+and the checkpoint to resume from — the newest intact one this same Trainer wrote, damage passed over by name.
+Checkpoints here are committed as the workers commit them (checkpoint/hf_dirs.py), on local disk and on S3."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from raytrainer import TrainingArguments
+from raytrainer.callbacks.base import CallbackHandler
+from raytrainer.checkpoint import hf_dirs, lease
+from raytrainer.checkpoint.damage import CheckpointDamagedError
+from raytrainer.hosting.claims import HostedHandler
+from raytrainer.protocol import HostedClaim
+from raytrainer.state import TrainerState
+from raytrainer.storage import get_fs, join
+from raytrainer.storage.integrity import of_bytes
+
+SFT = "trl.trainer.sft_trainer.SFTTrainer"
+DPO = "trl.trainer.dpo_trainer.DPOTrainer"
+FILES = (("model.safetensors", 4096), ("optimizer.pt", 2048), ("rng_state_0.pth", 64), ("rng_state_1.pth", 64),
+         ("trainer_state.json", 32))
+
+
+def write_checkpoint(output_dir: str, step: int, options=None, trainer: str = SFT, index: int = 0,
+                     commit: bool = True) -> str:
+    """A checkpoint as HF writes one (model, optimizer, two ranks' rng states), committed as a hosted run does."""
+    url = join(output_dir, f"checkpoint-{step}")
+    fs, path = get_fs(url, options)
+    fs.makedirs(path, exist_ok=True)
+    sizes, checksums = {}, {}
+    for name, size in FILES:
+        data = bytes([step % 251]) * size
+        with fs.open(f"{path}/{name}", "wb") as f:
+            f.write(data)
+        sizes[name], checksums[name] = size, of_bytes(data)
+    if commit:
+        hf_dirs.commit(url, step, [(sizes, checksums)], options, written_by={"trainer": trainer, "index": index})
+    return url
+
+
+def damage(url: str, name: str, options=None, truncate: bool = False):
+    fs, path = get_fs(join(url, name), options)
+    data = fs.cat_file(path)
+    with fs.open(path, "wb") as f:
+        f.write(data[: len(data) // 2] if truncate else bytes([255]) * len(data))  # same size: only a checksum tells
+
+
+def handler(run_id="run-a", resume=True, options=None) -> HostedHandler:
+    callbacks = CallbackHandler([], TrainingArguments(output_dir="placeholder"), TrainerState())
+    return HostedHandler(callbacks, run_id, resume, options, reporters_named=True)
+
+
+@pytest.fixture
+def store(output_url):
+    return output_url
+
+
+def test_resumes_from_the_newest_intact_checkpoint_of_the_same_trainer(store, capsys):
+    output_dir, options = store
+    for step in (3, 6, 9):
+        write_checkpoint(output_dir, step, options)
+    write_checkpoint(output_dir, 12, options, trainer=DPO)  # another Trainer of the script, same output_dir
+    damage(join(output_dir, "checkpoint-9"), "model.safetensors", options)  # same size
+    damage(join(output_dir, "checkpoint-6"), "rng_state_1.pth", options, truncate=True)
+    claim = HostedClaim(output_dir=output_dir, trainer=SFT, index=0)
+    chosen = handler(options=options).choose(claim)
+    assert chosen == join(output_dir, "checkpoint-3")
+    err = capsys.readouterr().err
+    assert "SFTTrainer resumes from checkpoint-3 (step 3)" in err
+    assert "checkpoint-9 (model.safetensors: its content changed" in err
+    assert "checkpoint-6 (rng_state_1.pth:" in err
+
+
+def test_a_partial_checkpoint_is_removed_and_said(store, capsys):
+    output_dir, options = store
+    write_checkpoint(output_dir, 3, options)
+    write_checkpoint(output_dir, 6, options, commit=False)  # the write a lost worker never finished
+    assert handler(options=options).choose(HostedClaim(output_dir, SFT, 0)) == join(output_dir, "checkpoint-3")
+    assert "removed 1 unfinished checkpoint(s)" in capsys.readouterr().err
+    fs, path = get_fs(join(output_dir, "checkpoint-6"), options)
+    assert not fs.exists(path)
+
+
+def test_checkpoints_of_another_trainer_are_not_resumed(tmp_path, capsys):
+    output_dir = str(tmp_path / "run")
+    write_checkpoint(output_dir, 4, trainer=SFT, index=0)
+    assert handler().choose(HostedClaim(output_dir, DPO, 1)) is None
+    assert "DPOTrainer starts from step 0: the checkpoints under" in capsys.readouterr().err
+    assert handler().choose(HostedClaim(output_dir, SFT, 1)) is None  # same class, another place in the script
+
+
+def test_resume_off_and_explicit_requests(tmp_path):
+    output_dir = str(tmp_path / "run")
+    newest = write_checkpoint(output_dir, 4)
+    assert handler(resume=False).choose(HostedClaim(output_dir, SFT, 0)) is None
+    assert handler().choose(HostedClaim(output_dir, SFT, 0, requested=False)) is None
+    assert handler(resume=False).choose(HostedClaim(output_dir, SFT, 0, requested=True)) == newest
+    assert handler().choose(HostedClaim(output_dir, SFT, 0, requested=newest)) == newest
+    plain = tmp_path / "hf-folder"  # written by HF without raytrainer: handed to HF as it is
+    plain.mkdir()
+    assert handler().choose(HostedClaim(output_dir, SFT, 0, requested=str(plain))) == str(plain)
+    damage(newest, "optimizer.pt")
+    with pytest.raises(CheckpointDamagedError, match="optimizer.pt: its content changed"):
+        handler().choose(HostedClaim(output_dir, SFT, 0, requested=newest))
+    empty = str(tmp_path / "empty")
+    with pytest.raises(Exception, match="resume_from_checkpoint=True, but .* holds no intact checkpoint"):
+        handler().choose(HostedClaim(empty, SFT, 0, requested=True))
+
+
+def test_the_claim_takes_the_lease_once_and_a_second_run_is_refused(tmp_path):
+    output_dir = str(tmp_path / "run")
+    first = handler(run_id="run-a")
+    try:
+        assert first.answer(HostedClaim(output_dir, SFT, 0)).error is None
+        assert first.answer(HostedClaim(output_dir, SFT, 0)).error is None  # a restarted group claims again
+        lease.check_held(output_dir, "run-a")
+        refused = handler(run_id="run-b").answer(HostedClaim(output_dir, SFT, 0))
+        assert refused.resume_from is None and "is being written by another run" in refused.error
+    finally:
+        first.close()
+    assert handler(run_id="run-c").answer(HostedClaim(output_dir, SFT, 0)).error is None
+
+
+def test_fetch_checks_every_byte_against_the_manifest(s3_bucket, s3_server, tmp_path, monkeypatch):
+    monkeypatch.setenv(hf_dirs.STAGING_ENV, str(tmp_path / "staging"))
+    options = dict(s3_server.storage_options)
+    url = write_checkpoint(s3_bucket + "/run", 5, options)
+    local = hf_dirs.fetch(url, options)
+    assert local == hf_dirs.fetched_path(url) and sorted(os.listdir(local)) == sorted(name for name, _ in FILES)
+    damage(url, "optimizer.pt", options)
+    with pytest.raises(CheckpointDamagedError, match="optimizer.pt: its content changed"):
+        hf_dirs.fetch(url, options)
