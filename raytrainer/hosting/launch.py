@@ -43,15 +43,13 @@ def launch(script: str, script_args: Sequence[str] = (), **options: Any) -> Host
                         log_levels=LogLevels(rank0=worker_level(args, 0, driver_ran_model=True),
                                              replica=worker_level(args, 1, driver_ran_model=True)))
     claims = HostedHandler(handler, run_id, resume, args.storage_options, reporters_named="report_to" in options)
+    # The group stays in the process's pool for the next launch() or hosted() call (released at exit).
     user = holders.PoolUser(owner=f"raytrainer launch {script}")
-    try:
-        result = run.run(HostedScript(path, text, tuple(script_args), os.getcwd()), order, args, claims, user)
-    finally:
-        user.release()
+    result = run.run(HostedScript(path, text, tuple(script_args), os.getcwd()), order, args, claims, user)
     for record in result.runs:
-        where = record["checkpoint"] or record["output_dir"]
-        notice(f"{record['trainer'].rsplit('.', 1)[-1]} trained {record['global_step']} steps; "
-               f"last checkpoint: {where}")
+        saved = (f"last checkpoint {record['checkpoint']}" if record["checkpoint"] else
+                 f"no checkpoint saved (output_dir {record['output_dir']})")
+        notice(f"{record['trainer'].rsplit('.', 1)[-1]} trained {record['global_step']} steps; {saved}")
     return result
 
 
