@@ -239,9 +239,10 @@ class HostedClaim:
 
 @dataclass(frozen=True, slots=True)
 class HostedClaimReply:
-    """The driver's answer to a `HostedClaim`: the committed checkpoint to resume from (None: start), or the
-    error every rank raises."""
+    """The driver's answer to a `HostedClaim`: the committed checkpoint to resume from (None: start), the other
+    checkpoints HF will read (the best one, for load_best_model_at_end), or the error every rank raises."""
     resume_from: Optional[str] = None
+    also_fetch: Tuple[str, ...] = ()
     error: Optional[str] = None
 
 

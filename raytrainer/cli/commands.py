@@ -214,4 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # StorageError included: its message already names the fix
         print(f"raytrainer: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the line saying what was kept is printed where the interrupt was taken
+        return 130
 

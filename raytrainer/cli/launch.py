@@ -35,7 +35,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                         help="workers (one per GPU, or per CPU slot); MIN-MAX for an elastic run (default 1)")
     launch.add_argument("--max_failures", type=int, metavar="K",
                         help="restarts after a lost worker before the run fails (-1: no limit)")
-    launch.add_argument("--max_preemptions", type=int, metavar="K")
+    launch.add_argument("--max_preemptions", type=int, metavar="K",
+                        help="restarts after a preemption (SIGTERM, a node drain) before the run fails")
     launch.add_argument("--storage_options", action="append", type=storage_option, metavar="KEY=VALUE",
                         help="fsspec option for the output_dir URLs (repeatable; dotted keys nest)")
     launch.add_argument("--resources_per_worker", type=json.loads, metavar="JSON", help='e.g. \'{"CPU": 4}\'')

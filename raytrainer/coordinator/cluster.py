@@ -40,8 +40,26 @@ def connect(address: str | None = None):
         env_vars[PREEMPTION_WATCHER_ENV] = os.environ.get(PREEMPTION_WATCHER_ENV, "0")
     elif os.environ.get(API_SERVER_ENV):  # a cluster joined: the state API the user named is its, not the
         env_vars[API_SERVER_ENV] = os.environ[API_SERVER_ENV]  # machine's last `ray start` cluster (below)
+    # Under `ray job submit` (and KubeRay's RayJob) Ray merges the job's runtime env with ours and refuses the
+    # same variable named in both: the job's value is kept, ours left out.
+    job_env = _job_env_vars()
+    env_vars = {key: value for key, value in env_vars.items() if key not in job_env}
     ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **dashboard)
     filter_forwarded_logs()
+
+
+def _job_env_vars() -> dict:
+    """The environment variables the submitted job's runtime env sets (none outside `ray job submit`)."""
+    import json
+
+    text = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not text:
+        return {}
+    try:
+        runtime_env = json.loads(text).get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return dict(runtime_env.get("env_vars") or {}) if isinstance(runtime_env, dict) else {}
 
 
 # Ray Train's placement-group cleaner (a detached actor of every run) asks the state API whether the run's

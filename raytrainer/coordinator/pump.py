@@ -162,7 +162,7 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
     def ended() -> bool:
         return any(k in outcome for k in ("result", "receive_error", "failed"))
 
-    with _first_ctrl_c_stops(sink) as stopping:
+    with _first_ctrl_c_stops(sink, graceful=getattr(handler, "stops_at_a_step", True)) as stopping:
         while not ended() and group.thread_alive():
             pump(POLL_INTERVAL_S)
             stopping.relay()
@@ -186,8 +186,9 @@ class _first_ctrl_c_stops:
     only sets a flag: a KeyboardInterrupt in the middle of the pump could drop a control request that rank 0
     waits on. Only the main thread can set handlers; elsewhere Ctrl-C keeps Python's behaviour."""
 
-    def __init__(self, sink):
+    def __init__(self, sink, graceful: bool = True):
         self.sink = sink
+        self.graceful = graceful  # False: the hosted mode's ranks read no stop request; Ctrl-C abandons the run
         self.pressed = self.relayed = False
         self.previous = None
 
@@ -199,6 +200,10 @@ class _first_ctrl_c_stops:
         return self
 
     def _on_sigint(self, signum, frame):
+        if not self.graceful:
+            print("[raytrainer] interrupted: the run is abandoned; its last committed checkpoint stays, and the "
+                  "same command (or call) again resumes from it", flush=True)
+            raise KeyboardInterrupt
         if self.pressed:
             raise KeyboardInterrupt
         self.pressed = True

@@ -79,7 +79,8 @@ class HostedTrainer:
         if on_ranks:
             kwargs["callbacks"] = on_ranks
         self._call_args, self._call_kwargs = tuple(args), kwargs
-        self.model = kwargs.get("model") if isinstance(kwargs.get("model"), torch.nn.Module) else None
+        given = kwargs.get("model", args[0] if args else None)  # HF's signature: (model, args, ...)
+        self.model = given if isinstance(given, torch.nn.Module) else None
         self._trained = None  # weights of the last train() that could not go into self.model (see module doc)
         self.state = TrainerState()
         progress = PrinterCallback if options.disable_tqdm else ProgressCallback
@@ -199,7 +200,7 @@ def _trainer_arguments(factory: Any, args: list, kwargs: dict):
 
     if "args" in kwargs:
         value = kwargs.pop("args")
-    elif len(args) > 1 and isinstance(args[1], transformers.TrainingArguments):
+    elif len(args) > 1 and isinstance(args[1], (transformers.TrainingArguments, RaytrainerArguments)):
         value = args.pop(1)
     else:
         return None

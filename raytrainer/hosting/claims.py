@@ -23,13 +23,13 @@ from ..callbacks.base import CallbackHandler
 from ..callbacks.reporters import reporter_callbacks
 from ..checkpoint import lease
 from ..checkpoint.damage import verify
-from ..checkpoint.listing import checkpoint_dirs, remove_partial
+from ..checkpoint.listing import checkpoint_dirs, read_trainer_state, remove_partial
 from ..checkpoint.manifest import read_manifest
 from ..coordinator import cluster
 from ..errors import ConfigError, StorageError
 from ..protocol import HostedClaim, HostedClaimReply
 from ..state import TrainerState
-from ..storage import basename
+from ..storage import basename, join
 from ..verbosity import notice
 
 CLAIM = "hosted_claim"
@@ -38,6 +38,8 @@ CLAIM = "hosted_claim"
 class HostedHandler:
     """The callback handler of a hosted job: answers claims, forwards every other event."""
 
+    stops_at_a_step = False  # Ctrl-C abandons a hosted run (its ranks read no stop request): coordinator/pump.py
+
     def __init__(self, handler: CallbackHandler, run_id: str, resume: bool, storage_options: Optional[dict],
                  reporters_named: bool):
         self.handler = handler
@@ -45,6 +47,7 @@ class HostedHandler:
         self.reporters_named = reporters_named  # report_to given beside the trainer: the script's is not used
         self.leases: Dict[str, Any] = {}
         self.claims: Dict[str, HostedClaim] = {}  # output_dir -> its last claim
+        self.seen: set = set()  # (output_dir, trainer, index) claimed in this job: a second claim is a restart
         self._reply: Optional[HostedClaimReply] = None
 
     @property
@@ -85,7 +88,9 @@ class HostedHandler:
                 notice(f"{_short(claim.trainer)} writes its checkpoints to {url}")
             self.claims[url] = claim
             self._start_reporters(claim)
-            return HostedClaimReply(resume_from=self.choose(claim))
+            resume_from = self.choose(claim)
+            also = self.best_of(resume_from) if resume_from and not storage.is_local(resume_from) else ()
+            return HostedClaimReply(resume_from=resume_from, also_fetch=also)
         except (ConfigError, StorageError) as exc:
             return HostedClaimReply(error=str(exc))
 
@@ -119,9 +124,14 @@ class HostedHandler:
             self.handler.add(callback)
 
     def choose(self, claim: HostedClaim) -> Optional[str]:
-        """The checkpoint the Trainer resumes from (module docstring), or None to start."""
+        """The checkpoint the Trainer resumes from (module docstring), or None to start. A second claim of the
+        same Trainer in this job is a restart (a lost worker): it continues from what this job committed, also
+        when resuming is off (`--fresh` starts the job afresh, not each restart)."""
         url, requested = claim.output_dir, claim.requested
-        if requested is False or (requested is None and not self.resume):
+        key = (url, claim.trainer, claim.index)
+        restart = key in self.seen
+        self.seen.add(key)
+        if requested is False or (requested is None and not self.resume and not restart):
             return None
         if isinstance(requested, str):
             return self._named(requested)
@@ -129,34 +139,49 @@ class HostedHandler:
         if removed:
             notice(f"removed {len(removed)} unfinished checkpoint(s) under {url}: "
                    + ", ".join(basename(r) for r in removed))
-        damaged, others = [], set()
-        for _, ckpt in reversed(checkpoint_dirs(url, self.storage_options)):
+        mine = (lambda writer: writer.get("run") == self.run_id) if restart and not self.resume else None
+        damaged, others, candidates = [], set(), []
+        for _, ckpt in checkpoint_dirs(url, self.storage_options):
             manifest = read_manifest(ckpt, self.storage_options)
             if manifest is None:
                 continue
             writer = manifest.get("written_by") or {}
             if writer.get("trainer") != claim.trainer or writer.get("index") != claim.index:
                 others.add(writer.get("trainer", "raytrainer.Trainer"))
-                continue
+            elif mine is None or mine(writer):
+                candidates.append((manifest.get("created", ""), manifest["step"], ckpt, manifest))
+        # The newest is the last committed (a run started afresh writes lower steps after a longer old run's).
+        for _, step, ckpt, manifest in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
             damage = verify(ckpt, self.storage_options, manifest)
             if damage is not None:
                 damaged.append(damage)
                 continue
             why = ("; passed over " + "; ".join(f"{basename(d.ckpt_url)} ({d.name}: {d.problem})" for d in damaged)
                    + " (left in place)") if damaged else ""
-            notice(f"{_short(claim.trainer)} resumes from {basename(ckpt)} (step {manifest['step']}) under "
-                   f"{url}{why}")
+            notice(f"{_short(claim.trainer)} resumes from {basename(ckpt)} (step {step}) under {url}{why}")
             return ckpt
         if damaged:
             notice(f"{_short(claim.trainer)} starts from step 0: every checkpoint it wrote under {url} is damaged ("
                    + "; ".join(f"{basename(d.ckpt_url)}: {d.name}: {d.problem}" for d in damaged) + ")")
-        elif others:
+        elif others and not candidates:
             notice(f"{_short(claim.trainer)} starts from step 0: the checkpoints under {url} were written by "
                    f"another trainer ({', '.join(sorted(map(_short, others)))})")
         if requested is True:
             raise ConfigError(f"resume_from_checkpoint=True, but {url} holds no intact checkpoint of this "
                               f"{_short(claim.trainer)}.")
         return None
+
+    def best_of(self, ckpt: str) -> tuple:
+        """The best checkpoint that `ckpt`'s trainer state names, when another intact one (HF loads it at the end
+        with load_best_model_at_end): fetched with it."""
+        state = read_trainer_state(ckpt, self.storage_options) or {}
+        best = state.get("best_model_checkpoint")
+        if not best:
+            return ()
+        url = join(ckpt.rstrip("/").rsplit("/", 1)[0], basename(best))
+        if url == ckpt or read_manifest(url, self.storage_options) is None:
+            return ()
+        return (url,) if verify(url, self.storage_options) is None else ()
 
     def _named(self, requested: str) -> str:
         """resume_from_checkpoint=<path or URL>: a committed checkpoint is checked against its manifest; a folder
@@ -168,8 +193,12 @@ class HostedHandler:
             if damage is not None:
                 raise damage
             return url
-        if storage.exists(url, self.storage_options):
+        if storage.is_local(url) and storage.exists(url, self.storage_options):
             return url
+        if not storage.is_local(url):
+            raise ConfigError(f"resume_from_checkpoint={requested!r} is not a committed checkpoint (no manifest): "
+                              "from a URL, only checkpoints a raytrainer run committed are fetched. Copy the folder "
+                              "to a local path and pass that.")
         raise ConfigError(f"resume_from_checkpoint={requested!r}: no such checkpoint.")
 
 

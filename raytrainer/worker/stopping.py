@@ -45,6 +45,12 @@ def _on_sigterm(signum, frame):
     _sigterm.set()
 
 
+def sigterm_event() -> threading.Event:
+    """Set once this process got SIGTERM, where our handler is installed (a hosted job watches it: its loop is
+    HF's, which never reads it)."""
+    return _sigterm
+
+
 def _install_on_main_thread() -> bool:
     signal.signal(signal.SIGTERM, _on_sigterm)
     return True

@@ -76,3 +76,22 @@ def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeyp
     assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "1"
     cluster.connect("127.0.0.1:6379")
     assert cluster.PREEMPTION_WATCHER_ENV not in seen["runtime_env"]["env_vars"]
+
+
+def test_a_submitted_job_keeps_its_own_environment_variables(monkeypatch, ray_init_seen):
+    """`ray job submit --runtime-env-json '{"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}}'` (and the k8s RayJob):
+    Ray refuses a ray.init runtime env naming the same variable ("Failed to merge the Job's runtime env"), so
+    connect() leaves the job's variables to the job."""
+    import json
+
+    from raytrainer.coordinator import cluster
+
+    seen = ray_init_seen
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(
+        {"runtime_env": {"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", "HF_HOME": "/tmp/hf"}}}))
+    monkeypatch.setenv(cluster.API_SERVER_ENV, "http://127.0.0.1:8265")
+    cluster.connect("127.0.0.1:6379")
+    assert seen["runtime_env"]["env_vars"] == {cluster.API_SERVER_ENV: "http://127.0.0.1:8265"}
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    cluster.connect("127.0.0.1:6379")
+    assert seen["runtime_env"]["env_vars"]["RAY_TRAIN_V2_ENABLED"] == "1"

@@ -25,7 +25,7 @@ FILES = (("model.safetensors", 4096), ("optimizer.pt", 2048), ("rng_state_0.pth"
 
 
 def write_checkpoint(output_dir: str, step: int, options=None, trainer: str = SFT, index: int = 0,
-                     commit: bool = True) -> str:
+                     commit: bool = True, run: str = "run-0") -> str:
     """A checkpoint as HF writes one (model, optimizer, two ranks' rng states), committed as a hosted run does."""
     url = join(output_dir, f"checkpoint-{step}")
     fs, path = get_fs(url, options)
@@ -37,7 +37,8 @@ def write_checkpoint(output_dir: str, step: int, options=None, trainer: str = SF
             f.write(data)
         sizes[name], checksums[name] = size, of_bytes(data)
     if commit:
-        hf_dirs.commit(url, step, [(sizes, checksums)], options, written_by={"trainer": trainer, "index": index})
+        hf_dirs.commit(url, step, [(sizes, checksums)], options, written_by={"trainer": trainer, "index": index,
+                                                                      "run": run})
     return url
 
 
@@ -133,3 +134,34 @@ def test_fetch_checks_every_byte_against_the_manifest(s3_bucket, s3_server, tmp_
     damage(url, "optimizer.pt", options)
     with pytest.raises(CheckpointDamagedError, match="optimizer.pt: its content changed"):
         hf_dirs.fetch(url, options)
+
+
+def test_a_fresh_job_restarts_from_its_own_checkpoints_and_is_the_newest_after(tmp_path, capsys):
+    """`--fresh` starts the job over, not each restart: a second claim of the same Trainer in the job (the group
+    was replaced) continues from what this job committed; and the next run resumes from the fresh run's last
+    checkpoint, not from the longer old run's higher step."""
+    output_dir = str(tmp_path / "run")
+    write_checkpoint(output_dir, 30, run="old")
+    fresh = handler(run_id="new", resume=False)
+    claim = HostedClaim(output_dir, SFT, 0)
+    assert fresh.choose(claim) is None  # the first start: afresh
+    mine = write_checkpoint(output_dir, 10, run="new")
+    assert fresh.choose(claim) == mine  # a restart of the same job: its own checkpoint, not the old run's
+    assert handler(run_id="next").choose(claim) == mine  # committed last: the newest
+    assert "resumes from checkpoint-10 (step 10)" in capsys.readouterr().err
+
+
+def test_the_best_checkpoint_is_fetched_with_the_one_resumed(tmp_path):
+    """load_best_model_at_end reads the best checkpoint at the end: a new node must have it too."""
+    output_dir = "file://" + str(tmp_path / "run")
+    best = write_checkpoint(output_dir, 3)
+    newest = write_checkpoint(output_dir, 6)
+    fs, path = get_fs(join(newest, "trainer_state.json"))
+    with fs.open(path, "w") as f:
+        f.write('{"best_model_checkpoint": "/tmp/raytrainer-staging/abc/checkpoint-3"}')
+    from raytrainer.checkpoint.manifest import _checksum  # the state file changed: commit it again
+    hf_dirs.commit(newest, 6, [({n: fs.size(f"{path.rsplit('/', 1)[0]}/{n}") for n, _ in FILES},
+                                {n: _checksum(join(newest, n), None) for n, _ in FILES})], None,
+                   written_by={"trainer": SFT, "index": 0, "run": "run-0"})
+    assert handler().best_of(newest) == (best,)
+    assert handler().best_of(best) == ()

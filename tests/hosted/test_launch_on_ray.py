@@ -62,7 +62,8 @@ def test_checkpoints_are_committed_with_every_rank_files(uninterrupted):
     with open(os.path.join(output_dir, "checkpoint-8", "COMMITTED")) as f:
         manifest = json.load(f)
     assert {"rng_state_0.pth", "rng_state_1.pth", "model.safetensors", "optimizer.pt"} <= set(manifest["files"])
-    assert manifest["written_by"] == {"trainer": "transformers.trainer.Trainer", "index": 0}
+    assert manifest["written_by"]["trainer"] == "transformers.trainer.Trainer"
+    assert manifest["written_by"]["index"] == 0 and manifest["written_by"]["run"]  # the job that wrote it
     assert not os.path.exists(os.path.join(output_dir, ".raytrainer-lease.json"))  # released with the job
 
 

@@ -1,7 +1,7 @@
 """A hosted job on one rank: every `transformers.Trainer` built while it runs gets raytrainer's checkpoints,
 resume and event relay, without a changed line in the user's code.
 
-While the job runs, three methods of `transformers.Trainer` itself are wrapped (so every subclass, TRL's
+While the job runs, four methods of `transformers.Trainer` itself are wrapped (so every subclass, TRL's
 included, gets them through its own `super()` calls; restored when the job ends):
 
 - `__init__`: a remote output_dir (`s3://...`) becomes a local staging directory for HF to write into (the URL
@@ -11,19 +11,23 @@ included, gets them through its own `super()` calls; restored when the job ends)
   chooses the checkpoint to resume from, hosting/claims.py); every rank gets the answer, each node fetches
   that checkpoint into its staging directory, and HF's own `train(resume_from_checkpoint=...)` continues.
 - `save_model`: a URL, or the run's own output_dir, is written to staging and uploaded by the process that
-  saves (HF's `should_save`).
+  saves (HF's `should_save`);
+- `_save_checkpoint`: a checkpoint of the same step that an earlier run committed is un-committed first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any, Dict, Iterator, List, Optional
 
 from ...checkpoint import hf_dirs
+from ...checkpoint.listing import checkpoint_name
+from ...checkpoint.manifest import MANIFEST_NAME
 from ...errors import ConfigError
 from ...protocol import HostedClaim, HostedOrder
-from ...storage import absolute_if_local, is_local, local_path
+from ...storage import absolute_if_local, exists, is_local, join, local_path, remove
 from ...storage.upload import upload_dir
 from .relay import Relay
 
@@ -38,22 +42,33 @@ class Host:
         self.trainers: List[Any] = []  # built during the job, in order: a Trainer's index is its place here
         self.runs: List[Dict[str, Any]] = []  # one record per train() that ended (HostedResult.runs)
         self.reporters: Dict[int, tuple] = {}  # id(trainer) -> the report_to names it had (they run on the driver)
+        self.staged: Dict[str, str] = {}  # staging folder -> the URL it stands for
 
     # ------------------------------------------------------------------ what the wrapped methods ask
     def url_of(self, trainer) -> str:
-        return getattr(trainer.args, URL_ATTRIBUTE, None) or absolute_if_local(trainer.args.output_dir)
+        return getattr(trainer.args, URL_ATTRIBUTE, None) or self.url_for(trainer.args.output_dir)
+
+    def url_for(self, path: str) -> str:
+        """The output URL a path stands for: a staging folder (or a path inside one) is its URL's; others as
+        they are (absolute)."""
+        path = absolute_if_local(str(path))
+        for staging, url in self.staged.items():
+            if path == staging or path.startswith(staging + os.sep):
+                return url + path[len(staging):].replace(os.sep, "/")
+        return path
 
     def written_by(self, trainer) -> dict:
-        return {"trainer": _class_name(trainer), "index": self.trainers.index(trainer)}
+        return {"trainer": _class_name(trainer), "index": self.trainers.index(trainer), "run": self.order.run_id}
 
     def stage(self, args):
         """Before HF's __init__ reads them: a remote output_dir is written into this node's staging folder."""
         if args is None or getattr(args, URL_ATTRIBUTE, None) is not None:
             return
-        url = absolute_if_local(str(args.output_dir))
+        url = self.url_for(args.output_dir)  # a copy of staged arguments (dataclasses.replace) keeps its URL
         setattr(args, URL_ATTRIBUTE, url)
         if not is_local(url):
             args.output_dir = hf_dirs.staging_dir(url)
+            self.staged[args.output_dir] = url
 
     def adopt(self, trainer):
         """After HF's __init__: progress and reporting go to the driver; the relay is added."""
@@ -91,9 +106,20 @@ class Host:
         if is_local(reply.resume_from):  # read in place (verified by the driver); a plain HF folder as given
             return local_path(reply.resume_from)
         if self.ctx.local_rank == 0:  # one download per node, every byte checked against the manifest
-            hf_dirs.fetch(reply.resume_from, self.order.storage_options)
+            for url in (reply.resume_from, *reply.also_fetch):  # the best checkpoint too: HF loads it at the end
+                hf_dirs.fetch(url, self.order.storage_options)
         self.ctx.barrier()
         return hf_dirs.fetched_path(reply.resume_from)
+
+    def uncommit(self, trainer):
+        """Before HF writes checkpoint-N: one that an earlier run committed under that name loses its manifest
+        first (rank 0; every rank waits), so a crash midway leaves a partial checkpoint, never a committed one
+        whose files changed."""
+        if self.ctx.is_main:
+            url = join(self.url_of(trainer), checkpoint_name(trainer.state.global_step))
+            if exists(join(url, MANIFEST_NAME), self.order.storage_options):
+                remove(join(url, MANIFEST_NAME), recursive=False, storage_options=self.order.storage_options)
+        self.ctx.barrier()
 
     def record(self, trainer, relay_checkpoint: Optional[str]):
         state = trainer.state
@@ -116,8 +142,9 @@ def installed(host: Host) -> Iterator[Host]:
     import transformers
 
     base = transformers.Trainer
-    originals = {name: base.__dict__[name] for name in ("__init__", "train", "save_model")}
+    originals = {name: base.__dict__[name] for name in ("__init__", "train", "save_model", "_save_checkpoint")}
     init, train, save_model = originals["__init__"], originals["train"], originals["save_model"]
+    save_checkpoint = originals["_save_checkpoint"]
 
     def hosted_init(self, *args, **kwargs):
         host.stage(kwargs["args"] if "args" in kwargs else (args[1] if len(args) > 1 else None))
@@ -135,7 +162,7 @@ def installed(host: Host) -> Iterator[Host]:
     def hosted_save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
         if _internal_call:  # a checkpoint's model, inside staging: committed with the checkpoint
             return save_model(self, output_dir, _internal_call=True)
-        url = absolute_if_local(output_dir) if output_dir else host.url_of(self)
+        url = host.url_for(output_dir) if output_dir else host.url_of(self)  # its staging folder: its URL
         if is_local(url):
             return save_model(self, local_path(url))
         staging = hf_dirs.staging_dir(url)
@@ -143,7 +170,12 @@ def installed(host: Host) -> Iterator[Host]:
         if self.args.should_save:
             upload_dir(staging, url, host.order.storage_options)
 
+    def hosted_save_checkpoint(self, model, trial, *args, **kwargs):
+        host.uncommit(self)  # an older run's checkpoint of this step is not committed while HF overwrites it
+        return save_checkpoint(self, model, trial, *args, **kwargs)
+
     base.__init__, base.train, base.save_model = hosted_init, hosted_train, hosted_save_model
+    base._save_checkpoint = hosted_save_checkpoint
     try:
         yield host
     finally:
