@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 
 import pytest
 import yaml
@@ -160,3 +161,29 @@ def test_no_credential_is_written_in_any_manifest():
     values = {**secret.get("stringData", {}), **secret.get("data", {})}
     assert values["AWS_ACCESS_KEY_ID"] == values["AWS_SECRET_ACCESS_KEY"] == "REPLACE_ME"
     assert "auth_token" not in json.dumps(values)
+
+
+# --------------------------------------------------------------------------- the hosted mode's RayJob
+HOSTED = "k8s/rayjob-hosted.yaml"
+
+
+def test_the_hosted_rayjob_validates_and_launches_a_script_whose_parser_accepts_its_arguments(crd_validators):
+    """`raytrainer launch ... examples/hosted_sft.py ...`: the launcher's parser takes the options, the script's
+    own parser its arguments, checkpoints go to S3 (several pods), and TRL reaches the workers."""
+    from raytrainer.cli.commands import build_parser
+
+    (job,) = [doc for doc in documents(HOSTED) if doc["kind"] == "RayJob"]
+    assert schema_errors(crd_validators["RayJob"], job) == []
+    words = shlex.split(job["spec"]["entrypoint"])
+    assert words[0] == "raytrainer", words
+    launched = build_parser().parse_args(words[1:])
+    assert launched.command == "launch" and launched.num_workers == 2 and launched.max_failures >= 1
+    assert os.path.isfile(os.path.join(ROOT, launched.script)), launched.script
+    script_args, config = load_script(launched.script).build_parser().parse_args_into_dataclasses(
+        launched.script_args)
+    assert config.output_dir.startswith("s3://")
+    runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert any(str(p).startswith("trl") for p in runtime_env.get("pip", []))
+    gpu = _gpu_group(job["spec"]["rayClusterSpec"])
+    limits = gpu["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert float(limits["nvidia.com/gpu"]) == launched.resources_per_worker["GPU"]
