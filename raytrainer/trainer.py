@@ -89,11 +89,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         self.callback_handler.add(callback)
 
     def pop_callback(self, callback):
-        for existing in list(self.callback_handler.callbacks):
-            if existing is callback or (isinstance(callback, type) and isinstance(existing, callback)):
-                self.callback_handler.callbacks.remove(existing)
-                return existing
-        return None
+        return self.callback_handler.pop(callback)
 
     def remove_callback(self, callback):
         self.pop_callback(callback)

@@ -107,6 +107,15 @@ class CallbackHandler:
     def add(self, callback: Any):
         self.callbacks.append(callback() if isinstance(callback, type) else callback)
 
+    def pop(self, callback: Any) -> Any:
+        """Remove and return `callback` (an instance, or the first instance of a class); None if absent. HF's
+        Trainer.pop_callback."""
+        for existing in list(self.callbacks):
+            if existing is callback or (isinstance(callback, type) and isinstance(existing, callback)):
+                self.callbacks.remove(existing)
+                return existing
+        return None
+
     @property
     def driver_callbacks(self) -> List[Any]:
         return [c for c in self.callbacks if not getattr(c, "on_every_rank", False)]

@@ -20,10 +20,10 @@ import shutil
 import tempfile
 from typing import Dict, Optional, Tuple
 
-from ..storage import get_fs, is_local, join, local_path
-from ..storage.integrity import CHUNK, Checksum, of_stream
+from ..storage import is_local, join, local_path
+from ..storage.integrity import of_stream
 from ..storage.retry import Retry
-from ..storage.upload import local_files, upload_dir
+from ..storage.upload import download_file, local_files, upload_dir
 from .damage import CheckpointDamagedError
 from .manifest import MANIFEST_NAME, commit as write_manifest, read_manifest
 
@@ -84,7 +84,7 @@ def fetch(url: str, storage_options: Optional[dict] = None) -> str:
     for name, size in sorted(manifest["files"].items()):
         local = os.path.join(partial, name)
         os.makedirs(os.path.dirname(local), exist_ok=True)
-        found = _download(join(url, name), local, storage_options)
+        found = download_file(join(url, name), local, storage_options)
         if os.path.getsize(local) != size:
             raise CheckpointDamagedError(url, name, f"{os.path.getsize(local)} bytes, but {size} were committed")
         if name in checksums and checksums[name].split(":")[0] == found.split(":")[0] and checksums[name] != found:
@@ -99,17 +99,3 @@ def fetched_path(url: str) -> str:
     """Where `fetch` puts the remote checkpoint `url` on every node: inside its output_dir's staging folder,
     where HF's own layout has it."""
     return os.path.join(staging_dir(url.rstrip("/").rsplit("/", 1)[0]), os.path.basename(url.rstrip("/")))
-
-
-def _download(url: str, local: str, storage_options: Optional[dict]) -> str:
-    """Copy one file, checksumming the bytes as they come; returns the checksum."""
-    fs, path = get_fs(url, storage_options)
-    checksum = Checksum()
-    with fs.open(path, "rb") as src, open(local, "wb") as dst:
-        while True:
-            chunk = src.read(CHUNK)
-            if not chunk:
-                break
-            checksum.update(chunk)
-            dst.write(chunk)
-    return checksum.hexdigest()

@@ -1,4 +1,5 @@
-"""Copy a local directory to remote storage one file at a time, checksumming the bytes as they go.
+"""Copy a local directory to remote storage one file at a time, checksumming the bytes as they go (and one
+file back: `download_file`).
 
 Not `fs.put(recursive=True)`: s3fs's recursive put calls `makedirs` for the target, which creates a
 missing bucket. A run whose bucket vanished must stop with a clear error (`errors.StorageLostError`), never
@@ -21,14 +22,26 @@ from .urls import join
 def upload_file(local_file: str, url: str, storage_options: Optional[dict] = None) -> str:
     """Write one local file to `url`; returns its checksum."""
     fs, path = get_fs(url, storage_options)
-    checksum = Checksum()
     with open(local_file, "rb") as src, fs.open(path, "wb") as dst:
-        while True:
-            chunk = src.read(CHUNK)
-            if not chunk:
-                break
-            checksum.update(chunk)
-            dst.write(chunk)
+        return copy_checksummed(src, dst)
+
+
+def download_file(url: str, local_file: str, storage_options: Optional[dict] = None) -> str:
+    """Copy `url` to a local file; returns the checksum of the bytes read."""
+    fs, path = get_fs(url, storage_options)
+    with fs.open(path, "rb") as src, open(local_file, "wb") as dst:
+        return copy_checksummed(src, dst)
+
+
+def copy_checksummed(src, dst) -> str:
+    """Copy one open binary file to another in chunks, checksumming the bytes as they pass."""
+    checksum = Checksum()
+    while True:
+        chunk = src.read(CHUNK)
+        if not chunk:
+            break
+        checksum.update(chunk)
+        dst.write(chunk)
     return checksum.hexdigest()
 
 
