@@ -21,6 +21,8 @@ from ...protocol import HostedCall, HostedOrder, HostedResult, HostedScript
 from .host import Host, installed
 from .sandbox import sandbox
 
+ONE_PROCESS_UNSET = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+
 
 class ScriptExit(RuntimeError):
     """The script called sys.exit() with a failure status."""
@@ -31,6 +33,11 @@ def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[Hosted
     host = Host(order, ctx, emitter)
     value = model_state = None
     with sandbox(), installed(host):
+        if ctx.world_size == 1:
+            # One worker runs the script as one plain process would (no DDP wrapper around a group of one, and
+            # what HF refuses under DDP, the layer-wise optimizers, runs): accelerate reads these to go distributed.
+            for name in ONE_PROCESS_UNSET:
+                os.environ.pop(name, None)
         if ctx.device.type == "cpu":
             # accelerate treats a CPU process as distributed only when told (`accelerate launch --cpu`, or
             # use_cpu=True): without it every rank of a CPU group would train alone, as under torchrun.
