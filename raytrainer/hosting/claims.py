@@ -6,9 +6,10 @@ travels in the decision (`HostedClaimReply`). Here, before the answer:
   (writable, readable, deletable) and the output_dir's one-writer lease taken for the job (kept over the
   job's restarts, released when it ends: checkpoint/lease.py);
 - the checkpoint to resume from is chosen: the one the script named (checked against its manifest), or with
-  resuming on (the default) the newest committed, intact checkpoint that this same Trainer wrote (its class and
-  its place among the job's Trainers, recorded in the manifest), passing over damaged ones by name; a partial
-  checkpoint (a write that never finished) is removed first, and said so.
+  resuming on (the default) the last committed, intact checkpoint that this same Trainer wrote (its class,
+  recorded in the manifest, and where several Trainers of that class wrote the output_dir, its place among the
+  script's Trainers), passing over damaged ones by name; a partial checkpoint (a write that never finished) is
+  removed first, and said so.
 
 Every other event goes to the driver's callbacks, as for raytrainer's own Trainer; each Trainer's train()
 starts a fresh state mirror, and the reporters its arguments named (report_to) start on the driver.
@@ -146,10 +147,14 @@ class HostedHandler:
             if manifest is None:
                 continue
             writer = manifest.get("written_by") or {}
-            if writer.get("trainer") != claim.trainer or writer.get("index") != claim.index:
+            if writer.get("trainer") != claim.trainer:
                 others.add(writer.get("trainer", "raytrainer.Trainer"))
             elif mine is None or mine(writer):
                 candidates.append((manifest.get("created", ""), manifest["step"], ckpt, manifest))
+        # Two Trainers of one class writing one output_dir (a script's first and second SFT) are told apart by
+        # their place among the script's Trainers; alone in it, a Trainer is itself wherever the script builds it.
+        if len({c[3]["written_by"].get("index") for c in candidates}) > 1:
+            candidates = [c for c in candidates if c[3]["written_by"].get("index") == claim.index]
         # The newest is the last committed (a run started afresh writes lower steps after a longer old run's).
         for _, step, ckpt, manifest in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
             damage = verify(ckpt, self.storage_options, manifest)

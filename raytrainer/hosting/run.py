@@ -26,6 +26,8 @@ def run(target: Any, order: HostedOrder, args, handler: HostedHandler, user: hol
     cluster.connect(args.ray_address)
     use_gpu = cluster.cluster_has_gpus() if args.use_gpu is None else bool(args.use_gpu)
     check_placement(args, use_gpu, reads_ray_data=False)
+    if cluster.workers_may_be_elsewhere():
+        check_datasets_travel(target)
     packed = pack(target, order)
     try:
         return dispatch.run(packed, order.job_kind, args=args, handler=handler, user=user, datasets={},
@@ -34,16 +36,29 @@ def run(target: Any, order: HostedOrder, args, handler: HostedHandler, user: hol
         handler.close()
 
 
+def check_datasets_travel(target: Any):
+    """Workers may run on other nodes: a `datasets.Dataset` memory-mapped from this node's disk travels as its
+    files' paths (transfer.py), which another node cannot open. Refused before any worker starts, naming the
+    argument and the fix."""
+    for name, value in _named_arguments(target).items():
+        for dataset in (value.values() if isinstance(value, dict) else [value]):
+            files = [f.get("filename") for f in getattr(dataset, "cache_files", None) or [] if isinstance(f, dict)]
+            if files and type(dataset).__module__.startswith("datasets"):
+                raise ConfigError(
+                    f"{name} is a datasets.Dataset read from this node's disk ({files[0]}), and the workers may run "
+                    "on other nodes, which cannot open that file. Load it into memory (load_from_disk(..., "
+                    "keep_in_memory=True), or Dataset.from_dict / from_list), or build it inside a factory "
+                    "function given to hosted() from storage every node reads.")
+
+
 def pack(target: Any, order: HostedOrder) -> transfer.Packed:
     """The target and its order as the workers receive them; an argument that cannot travel is named."""
     try:
         return transfer.pack((target, order))
     except Exception as exc:
-        named = {**{f"argument {i}": v for i, v in enumerate(getattr(target, "args", ()))},
-                 **getattr(target, "kwargs", {})}
         import cloudpickle
 
-        for name, value in named.items():
+        for name, value in _named_arguments(target).items():
             try:
                 cloudpickle.dumps(value)
             except Exception as culprit:  # noqa: BLE001 (whatever the pickler raises)
@@ -53,3 +68,11 @@ def pack(target: Any, order: HostedOrder) -> transfer.Packed:
                     "defined at module level, a datasets.Dataset, a model), or build it inside a factory "
                     "function given to hosted() instead of the trainer class.") from exc
         raise ConfigError(f"The hosted run cannot be sent to the workers ({type(exc).__name__}: {exc}).") from exc
+
+
+def _named_arguments(target: Any) -> dict:
+    """The trainer's constructor arguments and the call's, by name (positional ones as "argument N")."""
+    return {**{f"argument {i}": v for i, v in enumerate(getattr(target, "args", ()))},
+            **getattr(target, "kwargs", {}),
+            **{f"call argument {i}": v for i, v in enumerate(getattr(target, "call_args", ()))},
+            **getattr(target, "call_kwargs", {})}

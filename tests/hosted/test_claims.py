@@ -90,7 +90,10 @@ def test_checkpoints_of_another_trainer_are_not_resumed(tmp_path, capsys):
     write_checkpoint(output_dir, 4, trainer=SFT, index=0)
     assert handler().choose(HostedClaim(output_dir, DPO, 1)) is None
     assert "DPOTrainer starts from step 0: the checkpoints under" in capsys.readouterr().err
-    assert handler().choose(HostedClaim(output_dir, SFT, 1)) is None  # same class, another place in the script
+    assert handler().choose(HostedClaim(output_dir, SFT, 1)) == join(output_dir, "checkpoint-4")  # moved: itself
+    write_checkpoint(output_dir, 2, trainer=SFT, index=1)  # a second SFTTrainer of the script writes here too
+    assert handler().choose(HostedClaim(output_dir, SFT, 1)) == join(output_dir, "checkpoint-2")
+    assert handler().choose(HostedClaim(output_dir, SFT, 0)) == join(output_dir, "checkpoint-4")
 
 
 def test_resume_off_and_explicit_requests(tmp_path):

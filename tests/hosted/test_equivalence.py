@@ -120,3 +120,50 @@ def test_a_factory_builds_seq2seq_on_every_rank_and_predicts_with_generate(torch
     logged = [h for h in trainer.state.log_history if "loss" in h]
     assert [h["loss"] for h in logged] == pytest.approx(
         [h["loss"] for h in reference["log_history"] if "loss" in h], rel=1e-5)
+
+
+def test_grpo_resumes_from_its_checkpoint(launched_results, capfd, ray_session):
+    """GRPO (generation, a reward function, evaluation) trained 6 steps above; the same script with
+    --max_steps 8 resumes from its checkpoint-6 and goes on, evaluating at step 6's boundary as before."""
+    root = os.path.dirname(launched_results)
+    result = raytrainer.launch(SCRIPT, ["--output_root", os.path.join(root, "out"), "--results_dir",
+                                        os.path.join(root, "grpo-again"), "--cases", "grpo", "--max_steps", "8"],
+                               num_workers=2, disable_tqdm=True)
+    assert "GRPOTrainer resumes from checkpoint-6 (step 6)" in capfd.readouterr().err
+    history = result.runs[-1]["log_history"]
+    assert result.runs[-1]["global_step"] == 8
+    assert [h["step"] for h in history if "loss" in h] == list(range(1, 9))
+    assert any("eval_loss" in h for h in history)
+
+
+def test_a_lora_run_commits_adapter_checkpoints_and_resumes_exactly(tmp_path, capfd, ray_session):
+    """SFTTrainer(peft_config=LoraConfig(...)) on 2 workers: adapter-only checkpoints, committed; 4 steps then a
+    resumed run to 6 end with the adapter weights and losses of 6 steps in one go (a constant learning rate)."""
+    from peft import LoraConfig
+
+    tokenizer = cases.build_tokenizer()
+
+    def run(output_dir: str, steps: int):
+        opts = argparse.Namespace(output_root=output_dir, max_steps=steps)
+        args = SFTConfig(**{**cases.common_args(opts, "lora"), "save_steps": 2, "lr_scheduler_type": "constant",
+                            "learning_rate": 1e-2}, max_length=32)
+        trainer = raytrainer.hosted(SFTTrainer, num_workers=2, disable_tqdm=True)(
+            model=cases.tiny_causal_lm(tokenizer), args=args, train_dataset=cases.text_dataset(),
+            processing_class=tokenizer, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        trainer.train()
+        return trainer
+
+    once = run(str(tmp_path / "once"), 6)
+    run(str(tmp_path / "twice"), 4)
+    checkpoint = tmp_path / "twice" / "lora" / "checkpoint-4"
+    assert {"adapter_model.safetensors", "COMMITTED"} <= set(os.listdir(checkpoint))
+    assert "model.safetensors" not in os.listdir(checkpoint)
+    twice = run(str(tmp_path / "twice"), 6)
+    assert "SFTTrainer resumes from checkpoint-4 (step 4)" in capfd.readouterr().err
+    losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (once, twice)]
+    assert len(losses[0]) == 6 and losses[1] == pytest.approx(losses[0], rel=1e-5)
+    # The workers wrapped the model in a PEFT model: the trained weights stay on the driver for the next call.
+    adapters = [{k: v for k, v in t._trained.items() if "lora_" in k} for t in (once, twice)]
+    assert adapters[0] and adapters[0].keys() == adapters[1].keys()
+    for name, value in adapters[0].items():
+        assert (adapters[1][name] - value).abs().max() <= 1e-6, name
