@@ -45,7 +45,9 @@ CLOSING_POOL_LAST = ("tests/integration/test_worker_group.py::test_trainers_one_
 # and stop, CPU the first process's tests use meanwhile. The Rays they start live in temporary folders, on free
 # ports, so neither process's drivers find the other's.
 SECOND_PROCESS = SUBPROCESS_DRIVERS_FIRST + ("tests/integration/test_resume.py",
-                                             "tests/integration/test_reliability_storage.py")
+                                             "tests/integration/test_reliability_storage.py",
+                                             # a killed driver and a group restart: ~2.5 min, off the first's
+                                             "tests/hosted/test_launch_on_ray.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -16,6 +16,7 @@ import pytest
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 import raytrainer
+from raytrainer.worker.hosted.sandbox import sandbox
 from tests.hosted import cases, compare
 
 SCRIPT = os.path.abspath(cases.__file__)
@@ -56,8 +57,9 @@ def test_raytrainer_launch_gives_torchruns_numbers(case, torchrun_results, launc
 def test_the_layerwise_optimizer_on_one_worker_gives_one_process_numbers(tmp_path, ray_session):
     """HF refuses layer-wise optimizers under DDP; one worker runs the script as one plain process would."""
     args = ["--cases", "galore_layerwise"]
-    run_script([sys.executable, SCRIPT, "--output_root", str(tmp_path / "plain"), "--results_dir",
-                str(tmp_path / "plain-results"), *args], cwd=str(tmp_path))
+    with sandbox():  # the plain process: this one (what the script changes in it is put back)
+        cases.main(["--output_root", str(tmp_path / "plain"), "--results_dir", str(tmp_path / "plain-results"),
+                    *args])
     raytrainer.launch(SCRIPT, ["--output_root", str(tmp_path / "one"), "--results_dir", str(tmp_path / "one-results"),
                                *args], num_workers=1, disable_tqdm=True)
     compare.compare_case(str(tmp_path / "one-results"), str(tmp_path / "plain-results"), "galore_layerwise")
