@@ -65,6 +65,7 @@ class Reason(str, enum.Enum):
     FAILURE = "failure"        # a worker died or raised (Ray Train's UserCallback)
     PREEMPTION = "preemption"  # rank 0, after the preemption checkpoint committed
     RESIZE = "resize"          # Ray Train's elastic monitor found room for another size
+    HANG = "hang"              # a rank stalled past hang_timeout_s: its watchdog ended the worker
     RESTART = "restart"        # none of the above was recorded
 
     def __str__(self) -> str:

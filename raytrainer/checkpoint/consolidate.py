@@ -19,7 +19,8 @@ import torch
 from ..errors import ConfigError
 from ..storage import exists, is_local, join, local_path, read_bytes
 from ..storage.upload import upload_dir
-from .manifest import is_committed
+from .damage import verify
+from .manifest import read_manifest
 from .sharded import MODEL_DIR, dcp_reader, is_sharded
 from .snapshot import MODEL_FILE
 
@@ -33,9 +34,13 @@ def consolidate(ckpt_url: str, out_url: Optional[str] = None, storage_options: O
     """Write `model.safetensors` (and a transformers config.json, when the checkpoint has one) for the sharded
     checkpoint `ckpt_url` into `out_url` (default: the checkpoint itself). Returns the file's URL."""
     out_url = out_url or ckpt_url
-    if not is_committed(ckpt_url, storage_options):
+    manifest = read_manifest(ckpt_url, storage_options)
+    if manifest is None:
         raise ConfigError(f"{ckpt_url} is not a committed checkpoint (missing, or its write never finished): "
                           "`raytrainer checkpoints OUTPUT_DIR` lists the committed ones.")
+    damage = verify(ckpt_url, storage_options, manifest)  # every file against its checksum, before any is read
+    if damage is not None:
+        raise damage
     if not is_sharded(ckpt_url, storage_options):
         raise ConfigError(f"{ckpt_url} is not a sharded FSDP checkpoint (no {MODEL_DIR}/): its weights are "
                           f"already in {MODEL_FILE}.")

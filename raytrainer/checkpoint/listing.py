@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import StorageError
 from ..storage import basename, get_fs, join, read_text
+from .damage import verify
 from .manifest import delete, is_committed, list_files, read_manifest, size_problem
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -89,12 +90,19 @@ def best_checkpoint_name(newest_url: str | None, storage_options: dict | None = 
     return basename(best) if isinstance(best, str) and best else None
 
 
-def list_checkpoints(output_dir: str, storage_options: dict | None = None) -> list[CheckpointInfo]:
+def list_checkpoints(output_dir: str, storage_options: dict | None = None,
+                     checksums: bool = False) -> list[CheckpointInfo]:
+    """Every checkpoint-<step> under output_dir: committed, partial (never committed), or damaged (committed,
+    but a file is missing or of another size; with `checksums`, also one whose bytes changed: every file of
+    every committed checkpoint is read)."""
     infos = []
     for step, url in checkpoint_dirs(output_dir, storage_options):
         files = list_files(url, storage_options)  # one listing gives both the size and the verification
         manifest = read_manifest(url, storage_options)
         problem = size_problem(manifest, files) if manifest is not None else None
+        if manifest is not None and problem is None and checksums:
+            damage = verify(url, storage_options, manifest)
+            problem = (damage.name, damage.problem) if damage is not None else None
         committed = manifest is not None and problem is None
         metrics = metrics_at(read_trainer_state(url, storage_options), step)
         infos.append(CheckpointInfo(url, step, committed, sum(files.values()), metrics,

@@ -15,7 +15,6 @@ and a resume wait for the save in flight, on every rank.
 from __future__ import annotations
 
 import logging
-import sys
 import warnings
 from typing import Optional
 
@@ -23,10 +22,11 @@ from ..data.global_batch import accumulation_to_keep
 from ..state import OWN_STATE_KEY, TrainerState
 from ..storage import basename, exists, join, read_bytes
 from ..storage.retry import DEFAULT_TIMEOUT_S, Retry
+from ..verbosity import notice
 from ..worker_context import WorkerContext
 from . import lease, manifest
 from .async_shards import ShardGroups, save_sharded_async
-from .damage import CheckpointDamagedError, check_bytes, parsing
+from .damage import CheckpointDamagedError, check_bytes, parsing, verify
 from .listing import TRAINER_STATE_NAME, checkpoint_name, list_checkpoints, remove_partial
 from .model_io import load_into, load_model_state
 from .sharded import (
@@ -171,9 +171,15 @@ class CheckpointManager:
         self.writer.wait()  # a save of this manager still in flight is committed (or failed) before we look
         if self.ctx.is_main:
             self._check_lease()  # missing: the storage lost this run's data; do not start again from step 0
-            self.retry.call(lambda: remove_partial(self.output_dir, self.storage_options), self.output_dir,
-                            "removing unfinished checkpoints")
-            url = self._newest_of_run() or requested
+            removed = self.retry.call(lambda: remove_partial(self.output_dir, self.storage_options),
+                                      self.output_dir, "removing unfinished checkpoints")
+            if removed:
+                notice(f"removed {len(removed)} unfinished checkpoint(s) under {self.output_dir}: "
+                       + ", ".join(basename(r) for r in removed))
+            url = self._newest_of_run()  # a restarted group: it says from which
+            if url is None and requested is not None:
+                url = requested
+                notice(f"resuming from {basename(url)} under {self.output_dir}")
         return self.ctx.broadcast_object(url)
 
     def _newest_of_run(self) -> Optional[str]:
@@ -195,9 +201,15 @@ class CheckpointManager:
             if info.damaged:
                 damaged.append(f"{basename(info.url)} ({info.damaged})")
                 continue
-            if damaged:
-                print(f"[raytrainer] restarting from {basename(info.url)}: this run's newer checkpoints are damaged: "
-                      f"{'; '.join(damaged)}. They are left in place.", file=sys.stderr, flush=True)
+            # Sizes match: read every file against its checksum too (same-size damage), before any rank loads it.
+            damage = self.retry.call(lambda url=info.url: verify(url, self.storage_options), info.url,
+                                     "verifying checksums")
+            if damage is not None:
+                damaged.append(f"{basename(info.url)} ({damage.name}: {damage.problem})")
+                continue
+            passed = f": this run's newer checkpoints are damaged: {'; '.join(damaged)}. They are left in place" \
+                if damaged else f" (this run's newest) under {self.output_dir}"
+            notice(f"restarting from {basename(info.url)}{passed}")
             return info.url
         return None
 

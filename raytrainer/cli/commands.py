@@ -57,7 +57,7 @@ def run_checkpoints(args: argparse.Namespace) -> int:
 
     options = storage_options_of(args.storage_option)
     try:
-        infos = list_checkpoints(args.output_dir, options)
+        infos = list_checkpoints(args.output_dir, options, checksums=args.verify)
     except Exception as exc:
         if not _is_storage_failure(exc):
             raise
@@ -71,8 +71,8 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     rows = [["STEP", "STATE", "SIZE", "METRICS", "MARKERS"]]
     for info in infos:
         markers = " ".join(m for m, on in (("best", info.best), ("newest", info.newest)) if on)
-        rows.append([str(info.step), "committed" if info.committed else "partial", human_size(info.size_bytes),
-                     compact_metrics(info.metrics), markers])
+        state = "committed" if info.committed else f"damaged ({info.damaged})" if info.damaged else "partial"
+        rows.append([str(info.step), state, human_size(info.size_bytes), compact_metrics(info.metrics), markers])
     print(f"{args.output_dir}\n{_table(rows)}")
     return 0
 
@@ -179,14 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints = commands.add_parser(
         "checkpoints", help="list the checkpoints of a run directory",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="List checkpoint-<step> directories: committed or partial (no valid COMMITTED manifest: "
-                    "never used\nfor resume), size, the metrics logged at that step, and which is best / newest.",
+        description="List checkpoint-<step> directories: committed, damaged (committed, but a file is missing or "
+                    "changed:\nnever used for resume, never deleted) or partial (no valid COMMITTED manifest: never "
+                    "used for resume),\nsize, the metrics logged at that step, and which is best / newest.",
         epilog="examples:\n  raytrainer checkpoints runs/quickstart\n"
                "  raytrainer checkpoints s3://bucket/runs/gpt --storage-option endpoint_url=http://127.0.0.1:9000\n"
                "  raytrainer checkpoints s3://bucket/runs/gpt --json | jq '.[] | select(.committed) | .url'\n\n"
                "S3 credentials come from --storage-option key=... secret=... or the AWS_* environment variables.")
     checkpoints.add_argument("output_dir", metavar="OUTPUT_DIR", help="run directory: a local path or fsspec URL")
     checkpoints.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    checkpoints.add_argument("--verify", action="store_true",
+                             help="read every committed checkpoint's files against their checksums (same-size "
+                                  "damage); without it, sizes only")
     checkpoints.add_argument("--storage-option", action="append", type=storage_option, metavar="KEY=VALUE",
                              help="fsspec option for OUTPUT_DIR, e.g. endpoint_url=http://127.0.0.1:9000 "
                                   "(repeatable; dotted keys nest, JSON objects are decoded)")

@@ -30,9 +30,9 @@ class RunHistory:
         return bool(self._cause and self._cause["reason"] == Reason.PREEMPTION.value)
 
     def record_cause(self, reason: Reason, cause: str):
-        """Why the current worker group is about to end. A preemption is not overwritten by what follows from
-        it (ranks torn down after it saved)."""
-        if not self.preempted:
+        """Why the current worker group is about to end. A preemption or a hang is not overwritten by what
+        follows from it (ranks torn down after it saved; the failure Ray Train reports for the ended worker)."""
+        if not (self._cause and self._cause["reason"] in (Reason.PREEMPTION.value, Reason.HANG.value)):
             self._cause = {"reason": Reason(reason).value, "cause": cause}
 
     def group_started(self, start: GroupStart) -> Optional[RestartHistory]:

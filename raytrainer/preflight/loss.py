@@ -3,10 +3,13 @@ first, so a dataset, a model or a compute_loss that cannot train fails once, her
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import random
 import time
 from typing import Any, Optional
 
+import numpy
 import torch
 
 from ..data.columns import LABEL_ALIASES, count_label_items, dataset_columns, dropped_label_columns
@@ -24,8 +27,31 @@ def check_loss(trainer, dataset: Any, dataset_name: str) -> Optional[float]:
     if model is None or dataset is None:
         return None
     started = time.perf_counter()
-    _check_loss(trainer, model, dataset, dataset_name)
+    with _untouched(model):
+        _check_loss(trainer, model, dataset, dataset_name)
     return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _untouched(model):
+    """A check leaves the run as it found it: the forward in train mode moves BatchNorm's running statistics
+    (and its count) and draws dropout masks from torch's random stream; the buffers and every random stream
+    (torch's, CUDA's, Python's, numpy's) are put back, so the run's first step is the one it would have had."""
+    buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
+    cpu, py, np_state = torch.get_rng_state(), random.getstate(), numpy.random.get_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                if name in buffers and buffers[name].shape == buffer.shape:
+                    buffer.copy_(buffers[name])
+        torch.set_rng_state(cpu)
+        random.setstate(py)
+        numpy.random.set_state(np_state)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def _check_loss(trainer, model, dataset: Any, dataset_name: str):

@@ -54,8 +54,9 @@ class NonFiniteGuard:
                 "that step's update, and nothing after it was saved. Resume from the newest checkpoint with a lower "
                 "learning_rate, max_grad_norm, bf16 instead of fp16, or check the data of that step.")
         self._first.fill_(-math.inf)  # reported here; a later save commits weights the skip kept finite
-        notice(f"WARNING: step {step}: the training loss is NaN/Inf; its optimizer step is skipped "
-                "(on_nonfinite_loss='skip').")
+        if self.ctx.is_main:  # every rank skips; the console says it once
+            notice(f"WARNING: step {step}: the training loss is NaN/Inf; its optimizer step is skipped "
+                   "(on_nonfinite_loss='skip').")
         return True
 
     def skip(self, trainer) -> tuple:

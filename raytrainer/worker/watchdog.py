@@ -106,7 +106,16 @@ class Watchdog:
             return phase
         code = frame.f_code
         waiting = " (a collective: waiting for another rank)" if COLLECTIVES in code.co_filename else ""
-        return f"{phase} at {code.co_filename}:{frame.f_lineno} ({code.co_name}){waiting}"
+        return f"{phase} at {source_file(frame)}:{frame.f_lineno} ({code.co_name}){waiting}"
+
+
+def source_file(frame) -> str:
+    """The file of a frame's code. A function shipped by value from the driver (defined in its script) has
+    cloudpickle's "<dynamic-code>" as its code's file name, but keeps its module's `__file__` in its globals."""
+    name = frame.f_code.co_filename
+    if name == "<dynamic-code>":
+        return frame.f_globals.get("__file__") or name
+    return name
 
 
 class _Unwatched:
@@ -128,16 +137,25 @@ def current():
 
 
 @contextlib.contextmanager
-def watching(args, rank: int, exit_on_timeout: bool, report: Report = report_to_stderr):
+def watching(args, rank: int, exit_on_timeout: bool, report: Report = report_to_stderr,
+             before_exit: Optional[Report] = None):
     """Watch the job run inside (the training loop). Nested use (an evaluation inside training) keeps the
-    outer watchdog. `report(rank, phase, seconds)` is where a stall goes (the driver console)."""
+    outer watchdog. `report(rank, phase, seconds)` is where a stall goes (the driver console); `before_exit`
+    is told the stall before the worker ends for it (the restart record's cause)."""
     global _current
     warn_s, timeout_s = getattr(args, "hang_warning_s", 0.0), getattr(args, "hang_timeout_s", 0.0)
     if _current is not UNWATCHED or not (warn_s > 0 or timeout_s > 0):
         yield _current
         return
-    dog = Watchdog(rank, warn_s, timeout_s, report=report,
-                   on_timeout=exit_worker if exit_on_timeout else None)
+    def ending(rank: int, phase: str, seconds: float):
+        if before_exit is not None:
+            try:
+                before_exit(rank, phase, seconds)
+            except Exception:  # noqa: BLE001 (the driver gone: the worker still ends)
+                pass
+        exit_worker(rank, phase, seconds)
+
+    dog = Watchdog(rank, warn_s, timeout_s, report=report, on_timeout=ending if exit_on_timeout else None)
     _current = dog
     # Set-up (imports, building and wrapping the model, loading a checkpoint) starts idle: its length depends on
     # the model and the storage, not on a hang, and Ray Train's process-group timeout bounds its collectives.

@@ -88,3 +88,27 @@ def test_formatting_helpers():
     metrics = {"eval_loss": 0.123456, "eval_acc": 0.9, "eval_runtime": 1.0, "loss": 1.0, "epoch": 2.0,
                "learning_rate": 1e-4}
     assert compact_metrics(metrics) == "eval_loss=0.1235 eval_acc=0.9 loss=1 learning_rate=0.0001"
+
+
+def test_damage_is_listed_as_damaged_and_checksums_are_read_with_verify(run, capsys):
+    """A truncated committed checkpoint and one changed in place (same size) are `damaged`, never `partial` (which
+    suggests it may be deleted) and never `newest`; the in-place change shows only with --verify."""
+    run.write("checkpoint-5/model.safetensors", bytes(50))  # truncated
+    run.write("checkpoint-10/model.safetensors", b"\xff" * 110)  # the same size: only a checksum tells
+    assert main(["checkpoints", run.url, *_option_args(run.options)]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["5"].split()[1] == "damaged" and "model.safetensors" in rows["5"] and "truncated" in rows["5"]
+    assert rows["10"].split()[1] == "committed" and rows["10"].endswith("newest")
+    assert main(["checkpoints", run.url, "--verify", *_option_args(run.options)]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["10"].split()[1] == "damaged" and "its content changed" in rows["10"]
+    assert not rows["10"].endswith("newest")
+
+
+def test_consolidate_refuses_a_checkpoint_whose_bytes_changed(run, capsys):
+    """Every reader verifies the manifest's checksums first: consolidate exits 2 naming the file, before it reads a
+    tensor (a damaged shard would otherwise come out as NaN weights)."""
+    run.write("checkpoint-10/model.safetensors", b"\xff" * 110)
+    assert main(["consolidate", run.join("checkpoint-10"), *_option_args(run.options)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint-10 is damaged: model.safetensors: its content changed" in err

@@ -39,7 +39,11 @@ def test_a_rank_stalled_in_a_callback_is_named_then_its_group_restarts(tmp_path,
     assert os.path.exists(marker), "the stall never happened"
     assert output.global_step == 6
     assert len(trainer.state.restarts) == 1  # one failure, counted against max_failures=1
-    assert trainer.state.restarts[0]["global_step"] == 2  # resumed from checkpoint-2
+    restart = trainer.state.restarts[0]
+    assert restart["global_step"] == 2  # resumed from checkpoint-2
+    # The restart record says why: the stall the watchdog named, with its file, not Ray's health check.
+    assert restart["reason"] == "hang" and "rank 1 made no progress for" in restart["cause"], restart
+    assert "on_step_end" in restart["cause"] and "test_hang_watchdog.py" in restart["cause"], restart
 
     err = capfd.readouterr().err
     named = [line for line in err.splitlines() if "rank 1 has made no progress for" in line  # stderr or the sink

@@ -111,3 +111,46 @@ def test_worker_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(
     assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-4"]
     assert {c.step: c.committed for c in list_checkpoints(output_dir)} == {4: True, 8: True, 10: True}
     assert_same_weights(weights(trainer.model), weights(reference.model))
+
+
+class DamagesThenDies(TrainerCallback):
+    """On rank 1, once checkpoint-8 is committed: overwrite bytes inside its model file (same size: only the
+    checksum tells), then kill the process, once."""
+
+    on_every_rank = True
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def on_step_end(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        if state.global_step != 9 or dist.get_rank() != 1 or os.path.exists(self.marker):
+            return
+        checkpoint = join(args.output_dir, "checkpoint-8")
+        while not is_committed(checkpoint):
+            time.sleep(0.05)
+        model = os.path.join(checkpoint, "model.safetensors")
+        with open(model, "r+b") as f:
+            f.seek(os.path.getsize(model) // 2)
+            f.write(b"\xff" * 64)
+        open(self.marker, "w").close()
+        os._exit(1)
+
+
+def test_a_restart_passes_over_a_same_size_damaged_checkpoint(tmp_path):
+    """The restart after a lost worker reads the newest checkpoint's checksums before loading it: checkpoint-8,
+    changed in place, is passed over (and kept), and the run restarts from checkpoint-4 to the weights of an
+    uninterrupted run."""
+    output_dir = str(tmp_path / "run")
+    reference = Trainer(model=make_model(), args=args(str(tmp_path / "ref"), None, 0, 8),
+                        train_dataset=TokenData(48))
+    reference.train()
+    marker = str(tmp_path / "damaged")
+    trainer = Trainer(model=make_model(), args=args(output_dir, None, 2, 4), train_dataset=TokenData(48),
+                      callbacks=[DamagesThenDies(marker)])
+    trainer.train()
+    assert os.path.exists(marker), "the injected damage never happened"
+    assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-4"]
+    assert_same_weights(weights(trainer.model), weights(reference.model))
+    assert {c.step: c.committed for c in list_checkpoints(output_dir)} == {4: True, 8: True, 10: True}

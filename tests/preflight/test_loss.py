@@ -122,3 +122,41 @@ def test_the_check_keeps_no_activation_for_backward(tmp_path, monkeypatch):
     assert kept[0].requires_grad
     with pytest.raises((RuntimeError, TypeError), match="unpack_hook"):  # nothing saved: backward cannot run
         kept[0].backward()
+
+
+class WithBatchNorm(torch.nn.Module):
+    """A BatchNorm (running statistics, a count) and dropout (torch's random stream) before a token-mean loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.drop = torch.nn.Dropout(0.5)
+        self.head = torch.nn.Linear(8, 64)
+
+    def forward(self, input_ids, labels=None, **kwargs):
+        hidden = self.drop(self.norm(self.embed(input_ids).transpose(1, 2)).transpose(1, 2))
+        logits = self.head(hidden)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return {"loss": loss, "logits": logits}
+
+
+def test_the_check_leaves_buffers_and_random_streams_as_it_found_them(tmp_path):
+    """The first training step after the check is the one it would have been without it (issue 31 item 3:
+    BatchNorm's running statistics moved and dropout drew from torch's stream, so step 1 differed)."""
+    import random
+
+    import numpy
+
+    torch.manual_seed(0)
+    model = WithBatchNorm()
+    trainer = trainer_of(tmp_path, model=model)
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+    random.seed(1)
+    numpy.random.seed(1)
+    streams = (torch.get_rng_state(), random.getstate(), numpy.random.get_state()[1].copy())
+    check(trainer)
+    assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items())
+    assert int(model.norm.num_batches_tracked) == 0
+    assert torch.equal(torch.get_rng_state(), streams[0]) and random.getstate() == streams[1]
+    assert (numpy.random.get_state()[1] == streams[2]).all()

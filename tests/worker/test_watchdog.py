@@ -149,3 +149,28 @@ def test_the_loop_in_process_names_the_callback_and_only_warns(tmp_path, capfd):
     assert "[raytrainer] rank 0 has made no progress for " in err  # through the sink (DirectSink here)
     assert "in on_step_end (callbacks, control) at " in err and "(on_step_end)" in err and "test_watchdog.py" in err
     assert current() is UNWATCHED
+
+
+def test_a_function_shipped_from_the_driver_script_is_located_in_its_file():
+    """cloudpickle names the code of a function it ships by value "<dynamic-code>"; the stall line names the
+    script's file from the function's globals instead."""
+    import sys
+    import types
+
+    import cloudpickle
+
+    from raytrainer.worker.watchdog import source_file
+
+    script = types.ModuleType("users_script")
+    script.__file__ = "/home/user/train.py"
+    exec("import sys\ndef where():\n    return sys._getframe()\n", script.__dict__)
+    sys.modules["users_script"] = script
+    try:
+        cloudpickle.register_pickle_by_value(script)
+        shipped = cloudpickle.loads(cloudpickle.dumps(script.where))
+    finally:
+        cloudpickle.unregister_pickle_by_value(script)
+        del sys.modules["users_script"]
+    frame = shipped()
+    assert frame.f_code.co_filename == "<dynamic-code>"
+    assert source_file(frame) == "/home/user/train.py"
