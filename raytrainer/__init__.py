@@ -23,13 +23,14 @@ _EXPORTS = {
     "register_reporter": ".arguments.report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
     "TrainerControl": ".state", "TrainerState": ".state", "TrainOutput": ".state", "Trainer": ".trainer",
     "hosted": ".hosting.api", "HostedTrainer": ".hosting.api", "launch": ".hosting.launch",
+    "get_last_checkpoint": ".checkpoint.listing",
 }
 
 __all__ = [
     "ArgumentParser", "ConfigError", "DefaultCollator", "EarlyStoppingCallback", "EvalPrediction",
     "HostedTrainer", "PredictionOutput", "PrinterCallback", "ProfilerCallback", "ProgressCallback", "StorageError",
     "Trainer", "TrainerCallback", "TrainerControl", "TrainerState", "TrainingArguments", "TrainOutput",
-    "hosted", "launch", "register_reporter",
+    "get_last_checkpoint", "hosted", "launch", "register_reporter",
 ]
 
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
     from .callbacks.early_stopping import EarlyStoppingCallback
     from .callbacks.profiler import ProfilerCallback
     from .callbacks.progress import PrinterCallback, ProgressCallback
+    from .checkpoint.listing import get_last_checkpoint
     from .data.collator import DefaultCollator
     from .errors import ConfigError, StorageError
     from .hosting.api import HostedTrainer, hosted

@@ -72,7 +72,10 @@ def batch_and_duration(args) -> None:
 
 
 def optimizer_and_schedule(args) -> None:
-    _positive(args, "learning_rate")
+    # 0 is allowed, as in transformers: evaluation-only and debugging runs train with it.
+    rate = args.learning_rate
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate >= 0:
+        raise ConfigError(f"learning_rate={rate!r} must be a number >= 0.")
     for name in ("weight_decay", "adam_epsilon", "max_grad_norm"):
         _at_least_zero(args, name)
     for name in ("adam_beta1", "adam_beta2"):

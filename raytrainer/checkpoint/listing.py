@@ -124,6 +124,13 @@ def newest_committed(output_dir: str, storage_options: dict | None = None) -> st
     return None
 
 
+def get_last_checkpoint(output_dir: str, storage_options: dict | None = None) -> str | None:
+    """transformers' `get_last_checkpoint`, on any fsspec URL (s3://... included) and committed checkpoints only:
+    the newest one whose files match its manifest, or None. `resume_from_checkpoint=True` does the same and
+    also passes over checksum damage."""
+    return newest_committed(output_dir, storage_options)
+
+
 def remove_partial(output_dir: str, storage_options: dict | None = None) -> list[str]:
     """Delete every checkpoint directory that was never committed (no valid manifest); returns their URLs.
 

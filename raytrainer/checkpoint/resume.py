@@ -31,7 +31,10 @@ def resolve(output_dir: str, requested: Union[str, bool, None],
     manifest = read_manifest(url, storage_options)
     if manifest is None:
         raise ConfigError(f"resume_from_checkpoint={url!r} is not a committed checkpoint (missing, or its write "
-                          "never finished). `raytrainer checkpoints OUTPUT_DIR` lists them.")
+                          "never finished). resume_from_checkpoint=True resumes from the newest committed one "
+                          "(raytrainer.get_last_checkpoint(output_dir) names it, on any URL; transformers' own sees "
+                          "local folders only, unfinished ones included); `raytrainer checkpoints OUTPUT_DIR` lists "
+                          "them.")
     damage = verify(url, storage_options, manifest)
     if damage is not None:
         raise damage

@@ -133,7 +133,7 @@ def describe_error(url: str, exc: BaseException, storage_options: dict | None = 
                 "that this machine can connect to it.")
     elif names & _NO_CREDENTIALS:
         text = (f"No usable credentials for {url}{where} ({reason}). Pass storage_options={{'key': ..., "
-                "'secret': ...}} or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE).")
+                "'secret': ...} or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE).")
     elif isinstance(exc, FileInTheWay):
         text = (f"{url} exists and is a file, not a directory: choose another output_dir or remove the file.")
     elif isinstance(exc, (NotADirectoryError, FileExistsError)):

@@ -12,7 +12,7 @@ from raytrainer.errors import ConfigError
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"learning_rate": 0}, "learning_rate"),
+    ({"learning_rate": "fast"}, "learning_rate"),
     ({"learning_rate": -1e-3}, "learning_rate"),
     ({"per_device_train_batch_size": 0}, "per_device_train_batch_size"),
     ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size"),

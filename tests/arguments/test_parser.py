@@ -122,7 +122,7 @@ def test_remaining_strings():
 def test_validation_errors_propagate_unchanged(tmp_path):
     parser = ArgumentParser(TrainingArguments)
     with pytest.raises(ConfigError, match="learning_rate"):
-        parser.parse_args_into_dataclasses(["--learning_rate", "0"])
+        parser.parse_args_into_dataclasses(["--learning_rate", "-1"])
     with pytest.raises(ConfigError, match="max_failures"):
         parser.parse_dict({"max_failures": -2})
     path = tmp_path / "bad.yaml"
@@ -144,3 +144,10 @@ def test_two_dataclasses(tmp_path):
     with pytest.raises(ConfigError, match="--model_name"):  # required field missing
         parser.parse_args_into_dataclasses([])
     assert "Which model to build." in parser.format_help()
+
+
+def test_a_learning_rate_of_zero_is_accepted_as_in_transformers():
+    """Evaluation-only and debugging runs train with learning_rate=0.0; a negative rate is refused."""
+    assert TrainingArguments(learning_rate=0.0).learning_rate == 0.0
+    with pytest.raises(ConfigError, match=r"learning_rate=-0.1 must be a number >= 0"):
+        TrainingArguments(learning_rate=-0.1)

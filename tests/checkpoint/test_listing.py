@@ -103,3 +103,13 @@ def test_rotate_without_limit_or_below_it_deletes_nothing(five):
     assert rotate(five.url, None, storage_options=five.options) == []
     assert rotate(five.url, 5, storage_options=five.options) == []
     assert len(_left(five)) == 6
+
+
+def test_get_last_checkpoint_works_on_any_url_and_skips_unfinished_writes(store, make_checkpoint):
+    """transformers' get_last_checkpoint sees nothing on s3:// and returns a partial checkpoint after a crash."""
+    import raytrainer
+
+    assert raytrainer.get_last_checkpoint(store.url, store.options) is None
+    make_checkpoint(store, 5)
+    make_checkpoint(store, 10, committed=False)
+    assert raytrainer.get_last_checkpoint(store.url, store.options) == store.join("checkpoint-5")
