@@ -183,7 +183,7 @@ def test_two_workers_from_the_object_store_end_as_in_process(tmp_path):
     # The trained weights came back through the object store: equal to the in-process run's, the
     # buffer updated by forward included, and the driver's model is still tied.
     assert_same_weights(weights(two.model), weights(local.model))
-    assert int(two.model.forwards) > 4
+    assert int(two.model.forwards) == 4  # one per step: the driver's 2-sample check leaves buffers as they were
     assert two.model.head.weight is two.model.emb.weight
     assert_same_weights(weights(two.ref_model), weights(make_tied(seed=1)))  # the driver's copy is untouched
     # The Arrow dataset arrived intact on every worker.

@@ -55,7 +55,7 @@ def hosted(trainer: Any, **options: Any) -> Callable[..., "HostedTrainer"]:
 
     def build(*trainer_args: Any, **trainer_kwargs: Any) -> HostedTrainer:
         return HostedTrainer(trainer, trainer_args, trainer_kwargs, args, resume,
-                             reporters_named="report_to" in options)
+                             reporters_named="report_to" in options, given_options=frozenset(options))
 
     build.__name__ = f"hosted({_name(trainer)})"
     return build
@@ -63,7 +63,7 @@ def hosted(trainer: Any, **options: Any) -> Callable[..., "HostedTrainer"]:
 
 class HostedTrainer:
     def __init__(self, factory: Any, args: tuple, kwargs: dict, options: RaytrainerArguments, resume: bool,
-                 reporters_named: bool = False):
+                 reporters_named: bool = False, given_options: frozenset = frozenset()):
         misplaced_options = misplaced(kwargs)
         if misplaced_options:
             raise ConfigError(f"{', '.join(misplaced_options)} given to {_name(factory)}: they are raytrainer's "
@@ -84,7 +84,7 @@ class HostedTrainer:
         self._trained = None  # weights of the last train() that could not go into self.model (see module doc)
         self.state = TrainerState()
         progress = PrinterCallback if options.disable_tqdm else ProgressCallback
-        self.callback_handler = CallbackHandler([progress()], self.args if self.args is not None else options,
+        self.callback_handler = CallbackHandler([progress()], CallbackArgs(self.args, options, given_options),
                                                 self.state)
         for callback in reporter_callbacks(options) + [c for c in callbacks if c not in on_ranks]:
             self.callback_handler.add(callback)
@@ -169,6 +169,27 @@ class HostedTrainer:
                 pass
         self._trained = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
         return dataclasses.replace(result, model_state=None)
+
+
+class CallbackArgs:
+    """What the driver's callbacks get as `args`: the trainer's own arguments object (an SFTConfig: what HF's
+    callbacks read), with raytrainer's options where those were given beside the trainer or the object lacks
+    the field (the reporters' logging_dir, storage_options: transformers 5 has no logging_dir). Set fields
+    stay here: the user's object is not changed."""
+
+    def __init__(self, own: Any, options: RaytrainerArguments, given: frozenset = frozenset()):
+        object.__setattr__(self, "_sources", (own, options, given, {}))
+
+    def __getattr__(self, name: str):
+        own, options, given, set_here = object.__getattribute__(self, "_sources")
+        if name in set_here:
+            return set_here[name]
+        if name in given or own is None or not hasattr(own, name):
+            return getattr(options, name)
+        return getattr(own, name)
+
+    def __setattr__(self, name: str, value: Any):
+        object.__getattribute__(self, "_sources")[3][name] = value
 
 
 def _check_target(trainer: Any):

@@ -4,6 +4,8 @@ model gets the trained weights; evaluate() and predict() after it; a second trai
 
 from __future__ import annotations
 
+import os
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
@@ -48,9 +50,12 @@ def test_a_subclass_trains_on_two_workers_under_driver_control(ray_session, tmp_
                              per_device_train_batch_size=2, learning_rate=1e-3, report_to="none", use_cpu=True,
                              disable_tqdm=True)
     recorder = Recorder()
-    trainer = raytrainer.hosted(TeamTrainer, num_workers=2, disable_tqdm=True)(
+    trainer = raytrainer.hosted(TeamTrainer, num_workers=2, disable_tqdm=True, report_to="tensorboard",
+                                logging_dir=str(tmp_path / "tb"))(
         model=model, args=args, train_dataset=Rows(), eval_dataset=Rows(12), callbacks=[recorder])
     output = trainer.train()
+    events = [name for name in os.listdir(tmp_path / "tb") if name.startswith("events.out.tfevents")]
+    assert events, "the TensorBoard reporter did not run on the driver"
 
     assert output.global_step == 3  # the driver's stop reached both ranks at step 3
     assert [s for kind, s in recorder.seen if kind == "step_end"] == [1, 2, 3]  # each event once
@@ -65,6 +70,11 @@ def test_a_subclass_trains_on_two_workers_under_driver_control(ray_session, tmp_
     assert set(metrics) >= {"eval_loss", "eval_runtime"} and metrics["eval_loss"] > 0
     prediction = trainer.predict(Rows(6))
     assert prediction.predictions.shape[:2] == (6, 12)  # every row once, in order, across the 2 ranks
+    trainer.save_model(str(tmp_path / "final"))  # HF's save_model on the workers, with the trained weights
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "final" / "model.safetensors"))
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items() if k in saved)
 
     again = raytrainer.hosted(Trainer, num_workers=2, disable_tqdm=True)(
         model=tiny_llama(), args=TrainingArguments(output_dir=str(tmp_path / "second"), max_steps=2, use_cpu=True,

@@ -131,4 +131,4 @@ def test_help_of_each_command_is_useful(capsys):
     assert _help(capsys, "train", "config.yaml") == train  # also after CONFIG
     assert "train_dataset:" in train and "ray job submit" in train  # the config format, with an example
     assert "--learning_rate" in train and "--compute_metrics" in train  # every override
-    assert "committed or partial" in _help(capsys, "checkpoints")
+    assert "committed, damaged" in _help(capsys, "checkpoints")
