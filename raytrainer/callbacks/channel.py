@@ -91,9 +91,10 @@ class Emitter:
         """See `coordinator/history.py`: None for the job's first worker group."""
         return self._call("group_started", start, wait=True)
 
-    def record_cause(self, reason: Reason, cause: str):
-        """Tell the driver why this worker group is ending (before it ends: the next group reads it)."""
-        return self._call("record_cause", Reason(reason), cause, wait=True)
+    def record_cause(self, reason: Reason, cause: str, waiting: bool = False):
+        """Tell the driver why this worker group is ending (before it ends: the next group reads it). `waiting`:
+        this rank only waited for another one (in a collective), whose own cause is the better one."""
+        return self._call("record_cause", Reason(reason), cause, waiting, wait=True)
 
     def report_stall(self, rank: int, phase: str, seconds: float):
         """`rank` has made no progress for `seconds` in `phase`: the hang watchdog's `report` (worker/watchdog.py

@@ -29,11 +29,15 @@ class RunHistory:
     def preempted(self) -> bool:
         return bool(self._cause and self._cause["reason"] == Reason.PREEMPTION.value)
 
-    def record_cause(self, reason: Reason, cause: str):
+    def record_cause(self, reason: Reason, cause: str, waiting: bool = False):
         """Why the current worker group is about to end. A preemption or a hang is not overwritten by what
-        follows from it (ranks torn down after it saved; the failure Ray Train reports for the ended worker)."""
-        if not (self._cause and self._cause["reason"] in (Reason.PREEMPTION.value, Reason.HANG.value)):
-            self._cause = {"reason": Reason(reason).value, "cause": cause}
+        follows from it (ranks torn down after it saved; the failure Ray Train reports for the ended worker),
+        except a hang seen by a rank `waiting` in a collective, by the hang of the rank it waited for."""
+        current = self._cause
+        if current and current["reason"] in (Reason.PREEMPTION.value, Reason.HANG.value):
+            if not (current.get("waiting") and Reason(reason) is Reason.HANG and not waiting):
+                return
+        self._cause = {"reason": Reason(reason).value, "cause": cause, **({"waiting": True} if waiting else {})}
 
     def group_started(self, start: GroupStart) -> Optional[RestartHistory]:
         """None for the job's first group; else the restart record (the cause recorded since the previous
@@ -42,7 +46,8 @@ class RunHistory:
         cause, self._cause = self._cause, None
         if previous is None:
             return None
-        cause = cause or {"reason": Reason.RESTART.value, "cause": "worker group restarted by Ray Train"}
+        cause = {k: v for k, v in cause.items() if k != "waiting"} if cause else {
+            "reason": Reason.RESTART.value, "cause": "worker group restarted by Ray Train"}
         restart = {"global_step": start.global_step, **cause, "time": time.time(), "checkpoint": start.checkpoint,
                    "world_size": start.world_size, "previous_world_size": previous}
         self._restarts.append(restart)

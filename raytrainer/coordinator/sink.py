@@ -140,9 +140,9 @@ class EventSink:
             self.stream.put([kind(job=counted.job, cause=cause, error=message)])
         return counted.give_up
 
-    async def record_cause(self, reason: Reason, cause: str) -> bool:
+    async def record_cause(self, reason: Reason, cause: str, waiting: bool = False) -> bool:
         """Why the current worker group is about to end (`RunHistory.record_cause`)."""
-        self.history.record_cause(reason, cause)
+        self.history.record_cause(reason, cause, waiting)
         return True
 
     async def group_started(self, start: GroupStart) -> Optional[RestartHistory]:
@@ -211,5 +211,5 @@ class DirectSink:
     def group_started(self, start):
         return None
 
-    def record_cause(self, reason, cause):
+    def record_cause(self, reason, cause, waiting=False):
         return True

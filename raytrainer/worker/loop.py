@@ -56,7 +56,7 @@ from .step_sync import StepSync
 from .stopping import StopSignals
 from .throughput import ModelFlops, peak_flops
 from .train_data import train_data
-from .watchdog import UNWATCHED, watch_events, watching
+from .watchdog import UNWATCHED, WAITING_FOR_A_PEER, watch_events, watching
 
 
 @dataclass
@@ -197,7 +197,7 @@ class TrainLoop:
     def _record_hang(self, rank: int, phase: str, seconds: float):
         """The restart's cause, before the stalled worker ends: what the watchdog saw, not Ray's health check."""
         self.emitter.record_cause(Reason.HANG, f"rank {rank} made no progress for {seconds:.0f} s in {phase} "
-                                               "(hang_timeout_s)")
+                                               "(hang_timeout_s)", waiting=WAITING_FOR_A_PEER in phase)
 
     def _run(self) -> Optional[TrainResult]:
         self._setup()

@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Callable, Optional
 
+# How a stall inside a collective is named: that rank waits for a stalled peer.
+WAITING_FOR_A_PEER = "a collective: waiting for another rank"
 # The exit status of a worker ended for a hang (EX_SOFTWARE), visible in Ray's actor-death message.
 EXIT_CODE = 70
 Report = Callable[[int, str, float], None]
@@ -105,7 +107,7 @@ class Watchdog:
         if frame is None:
             return phase
         code = frame.f_code
-        waiting = " (a collective: waiting for another rank)" if COLLECTIVES in code.co_filename else ""
+        waiting = f" ({WAITING_FOR_A_PEER})" if COLLECTIVES in code.co_filename else ""
         return f"{phase} at {source_file(frame)}:{frame.f_lineno} ({code.co_name}){waiting}"
 
 

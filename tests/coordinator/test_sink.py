@@ -344,3 +344,20 @@ def test_the_sink_actors_process_imports_neither_torch_nor_transformers():
             "print(sorted(m for m in ('torch', 'transformers', 'ray.data') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_hang_cause_from_the_stalled_rank_wins_over_its_waiting_peer():
+    """Both ranks' watchdogs end their workers: the rank waiting in a collective for the stalled one records first;
+    the stalled rank's own cause replaces it, and Ray Train's failure report afterwards replaces neither."""
+    from raytrainer.coordinator.history import RunHistory
+    from raytrainer.protocol import GroupStart
+
+    history = RunHistory()
+    history.group_started(GroupStart(world_size=2, global_step=0, checkpoint=None, gradient_accumulation_steps=1))
+    history.record_cause(Reason.HANG, "rank 0 ... in all_reduce (a collective: waiting for another rank)", True)
+    history.record_cause(Reason.HANG, "rank 1 made no progress for 15 s in on_step_end at train.py:12")
+    history.record_cause(Reason.HANG, "rank 0 again, waiting", True)
+    history.record_cause(Reason.FAILURE, "WorkerHealthCheckFailedError")
+    restart = history.group_started(GroupStart(world_size=2, global_step=2, checkpoint="c-2",
+                                               gradient_accumulation_steps=1)).restart
+    assert restart["reason"] == "hang" and restart["cause"].startswith("rank 1") and "waiting" not in restart
