@@ -23,11 +23,16 @@ def run(target: Any, order: HostedOrder, args, handler: HostedHandler, user: hol
     """Run `order` on its `target` (`protocol.HostedScript` or `HostedCall`); rank 0's `HostedResult` as
     `receive(result)` returns it (called while the result's weights still exist). `args`: raytrainer's options
     of the run (`options.host_options`)."""
-    cluster.connect(args.ray_address)
-    use_gpu = cluster.cluster_has_gpus() if args.use_gpu is None else bool(args.use_gpu)
-    check_placement(args, use_gpu, reads_ray_data=False)
-    if cluster.workers_may_be_elsewhere():
-        check_datasets_travel(target)
+    if args.max_workers == 0:  # in this process, without Ray (a debugger works), as raytrainer.Trainer's
+        import torch
+
+        use_gpu = torch.cuda.is_available() if args.use_gpu is None else bool(args.use_gpu)
+    else:
+        cluster.connect(args.ray_address)
+        use_gpu = cluster.cluster_has_gpus() if args.use_gpu is None else bool(args.use_gpu)
+        check_placement(args, use_gpu, reads_ray_data=False)
+        if cluster.workers_may_be_elsewhere():
+            check_datasets_travel(target)
     packed = pack(target, order)
     try:
         return dispatch.run(packed, order.job_kind, args=args, handler=handler, user=user, datasets={},

@@ -128,3 +128,18 @@ def test_a_dataset_on_this_nodes_disk_is_refused_when_workers_may_be_elsewhere(t
         check_datasets_travel(HostedCall(TeamTrainer, (), {}, call_args=(mapped,)))
     in_memory = load_from_disk(str(tmp_path / "ds"), keep_in_memory=True)
     check_datasets_travel(HostedCall(TeamTrainer, (), {"train_dataset": in_memory, "eval_dataset": {"a": in_memory}}))
+
+
+def test_num_workers_0_runs_the_script_in_this_process_without_ray(tmp_path, monkeypatch):
+    """`raytrainer launch --num_workers 0`: the script once, here (a debugger works), still committed."""
+    import os
+
+    from raytrainer.checkpoint.listing import list_checkpoints
+    from raytrainer.coordinator import cluster
+
+    monkeypatch.setattr(cluster, "connect", lambda *a, **k: pytest.fail("Ray was asked for"))
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_script.py")
+    result = raytrainer.launch(script, ["--output_dir", str(tmp_path / "run"), "--results", str(tmp_path / "res"),
+                                        "--max_steps", "4"], num_workers=0, disable_tqdm=True)
+    assert [r["global_step"] for r in result.runs] == [4]
+    assert [(i.step, i.committed) for i in list_checkpoints(str(tmp_path / "run"))] == [(3, True), (4, True)]
