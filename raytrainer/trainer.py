@@ -22,7 +22,7 @@ import torch
 
 from . import preflight, storage, transfer
 from .arguments.training_args import TrainingArguments
-from .callbacks.base import CallbackHandler, TrainerCallback
+from .callbacks.base import CallbackHandler, CallbackMethods
 from .callbacks.progress import PrinterCallback, ProgressCallback
 from .callbacks.reporters import reporter_callbacks
 from .callbacks.stateful import restore_states
@@ -44,7 +44,7 @@ from .worker.hooks import WorkerHooks
 from .worker_context import WorkerContext
 
 
-class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
+class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, WorkerHooks):
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,
                  eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,
@@ -83,16 +83,6 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, WorkerHooks):
         # The worker group of the last call, from the process's pool, and how the groups name this Trainer.
         self._pool_user = holders.PoolUser(owner=f"the Trainer created at {_caller_site()}")
         self.callback_handler.handle({"kind": "init_end"})
-
-    # ------------------------------------------------------------------ callbacks (HF API)
-    def add_callback(self, callback: Union[TrainerCallback, type]):
-        self.callback_handler.add(callback)
-
-    def pop_callback(self, callback):
-        return self.callback_handler.pop(callback)
-
-    def remove_callback(self, callback):
-        self.pop_callback(callback)
 
     # ------------------------------------------------------------------ pickling to the workers
     def __getstate__(self):

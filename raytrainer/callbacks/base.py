@@ -94,6 +94,20 @@ def call(callback: Any, event: str, args, state, control: TrainerControl, **kwar
         merge_control(control, fn(args, state, control, **kwargs))
 
 
+class CallbackMethods:
+    """HF's Trainer methods on its callbacks, for a class holding a `callback_handler` (raytrainer's Trainer, the
+    hosted mode's HostedTrainer)."""
+
+    def add_callback(self, callback: Any):
+        self.callback_handler.add(callback)
+
+    def pop_callback(self, callback: Any) -> Any:
+        return self.callback_handler.pop(callback)
+
+    def remove_callback(self, callback: Any):
+        self.callback_handler.pop(callback)
+
+
 class CallbackHandler:
     """Applies worker events to the driver's state mirror, then dispatches them to the driver's callbacks."""
 

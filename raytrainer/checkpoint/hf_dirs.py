@@ -24,7 +24,7 @@ from ..storage import is_local, join, local_path
 from ..storage.integrity import of_stream
 from ..storage.retry import Retry
 from ..storage.upload import download_file, local_files, upload_dir
-from .damage import CheckpointDamagedError
+from .damage import CheckpointDamagedError, verify
 from .manifest import MANIFEST_NAME, commit as write_manifest, read_manifest
 
 STAGING_ENV = "RAYTRAINER_STAGING_DIR"
@@ -70,8 +70,6 @@ def fetch(url: str, storage_options: Optional[dict] = None) -> str:
     manifest = read_manifest(url, storage_options)
     if manifest is None:
         raise CheckpointDamagedError(url, MANIFEST_NAME, "missing or unreadable")
-    from .damage import verify
-
     if is_local(url):
         damage = verify(url, storage_options, manifest)
         if damage is not None:

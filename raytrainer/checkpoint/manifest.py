@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from ..storage import get_fs, join, read_text, remove, write_text
+from ..storage import exists, get_fs, join, read_text, remove, write_text
 from ..storage.integrity import of_stream
 
 MANIFEST_NAME = "COMMITTED"
@@ -109,6 +109,13 @@ def is_committed(ckpt_url: str, storage_options: dict | None = None, verify: boo
     if manifest is None:
         return False
     return not verify or files_match(manifest, list_files(ckpt_url, storage_options))
+
+
+def uncommit(ckpt_url: str, storage_options: dict | None = None) -> None:
+    """Remove the manifest, if there is one: the checkpoint is partial from now on (before it is deleted, or
+    written over)."""
+    if exists(join(ckpt_url, MANIFEST_NAME), storage_options):
+        remove(join(ckpt_url, MANIFEST_NAME), recursive=False, storage_options=storage_options)
 
 
 def delete(ckpt_url: str, storage_options: dict | None = None) -> None:

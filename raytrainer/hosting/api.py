@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..arguments.training_args import TrainingArguments as RaytrainerArguments
-from ..callbacks.base import CallbackHandler, listens_to
+from ..callbacks.base import CallbackHandler, CallbackMethods, listens_to
 from ..callbacks.event_names import EVENTS
 from ..callbacks.progress import PrinterCallback, ProgressCallback
 from ..callbacks.reporters import reporter_callbacks
@@ -61,7 +61,7 @@ def hosted(trainer: Any, **options: Any) -> Callable[..., "HostedTrainer"]:
     return build
 
 
-class HostedTrainer:
+class HostedTrainer(CallbackMethods):
     def __init__(self, factory: Any, args: tuple, kwargs: dict, options: RaytrainerArguments, resume: bool,
                  reporters_named: bool = False, given_options: frozenset = frozenset()):
         misplaced_options = misplaced(kwargs)
@@ -113,15 +113,6 @@ class HostedTrainer:
     def save_model(self, output_dir: Optional[str] = None):
         """HF's save_model on the workers (the process that saves writes; a URL is uploaded)."""
         self._run("save_model", (), {"output_dir": output_dir})
-
-    def add_callback(self, callback):
-        self.callback_handler.add(callback)
-
-    def pop_callback(self, callback):
-        return self.callback_handler.pop(callback)
-
-    def remove_callback(self, callback):
-        self.pop_callback(callback)
 
     def close(self):
         """Release the worker group of the last call now (else it stays in the pool: coordinator/holders.py)."""

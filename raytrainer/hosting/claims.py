@@ -17,6 +17,7 @@ starts a fresh state mirror, and the reporters its arguments named (report_to) s
 
 from __future__ import annotations
 
+import types
 from typing import Any, Dict, Optional
 
 from .. import storage
@@ -113,9 +114,8 @@ class HostedHandler:
         names = [n for n in claim.report_to if n not in ("none",)]
         if not names:
             return
-        view = type("ReportTo", (), {"report_to": names})()
         try:
-            made = reporter_callbacks(view)
+            made = reporter_callbacks(types.SimpleNamespace(report_to=names))
         except (KeyError, ValueError):
             notice(f"report_to={names} of the script: not all are reporters raytrainer runs on the driver; "
                    "pass report_to beside the trainer to choose.")

@@ -18,20 +18,17 @@ included, gets them through its own `super()` calls; restored when the job ends)
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
 from ...checkpoint import hf_dirs
 from ...checkpoint.listing import checkpoint_name
-from ...checkpoint.manifest import MANIFEST_NAME
+from ...checkpoint.manifest import uncommit
 from ...errors import ConfigError
 from ...protocol import HostedClaim, HostedOrder
-from ...storage import absolute_if_local, exists, is_local, join, local_path, remove
+from ...storage import absolute_if_local, is_local, join, local_path
 from ...storage.upload import upload_dir
 from .relay import Relay
-
-logger = logging.getLogger("raytrainer")
 
 URL_ATTRIBUTE = "_raytrainer_output_url"  # set on a hosted Trainer's arguments: its output_dir as given
 
@@ -73,14 +70,10 @@ class Host:
     def adopt(self, trainer):
         """After HF's __init__: progress and reporting go to the driver; the relay is added."""
         self.trainers.append(trainer)
-        removed = []
         for callback in list(trainer.callback_handler.callbacks):
-            name = type(callback).__name__
-            module = type(callback).__module__
-            if name in ("ProgressCallback", "PrinterCallback", "NotebookProgressCallback") or \
-                    module.startswith("transformers.integrations"):
+            if type(callback).__name__ in ("ProgressCallback", "PrinterCallback", "NotebookProgressCallback") or \
+                    type(callback).__module__.startswith("transformers.integrations"):
                 trainer.callback_handler.remove_callback(callback)
-                removed.append(name)
         self.reporters[id(trainer)] = tuple(getattr(trainer.args, "report_to", None) or ())
         trainer.add_callback(Relay(self, trainer))
 
@@ -116,9 +109,8 @@ class Host:
         first (rank 0; every rank waits), so a crash midway leaves a partial checkpoint, never a committed one
         whose files changed."""
         if self.ctx.is_main:
-            url = join(self.url_of(trainer), checkpoint_name(trainer.state.global_step))
-            if exists(join(url, MANIFEST_NAME), self.order.storage_options):
-                remove(join(url, MANIFEST_NAME), recursive=False, storage_options=self.order.storage_options)
+            uncommit(join(self.url_of(trainer), checkpoint_name(trainer.state.global_step)),
+                     self.order.storage_options)
         self.ctx.barrier()
 
     def record(self, trainer, relay_checkpoint: Optional[str]):
@@ -138,7 +130,7 @@ def _relay_of(trainer) -> Optional[Relay]:
 
 @contextlib.contextmanager
 def installed(host: Host) -> Iterator[Host]:
-    """Wrap transformers.Trainer's __init__, train and save_model for the job's duration."""
+    """Wrap transformers.Trainer's __init__, train, save_model and _save_checkpoint for the job's duration."""
     import transformers
 
     base = transformers.Trainer

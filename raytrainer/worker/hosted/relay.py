@@ -93,8 +93,7 @@ class Relay(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         url = self._commit(args, state)
         best = state.best_model_checkpoint
-        if best and best.startswith(args.output_dir):  # a staging path: name it by the output_dir's URL
-            best = join(self.host.url_of(self.trainer), os.path.basename(best))
+        best = self.host.url_for(best) if best else best  # a staging path: named by the output_dir's URL
         return self._fire("save", control, checkpoint=url, best_model_checkpoint=best, best_metric=state.best_metric)
 
     def _commit(self, args, state) -> str:
