@@ -58,7 +58,7 @@ class TensorBoardCallback(TrainerCallback):
         self._storage_options = None
         self._last_upload = 0.0
         self._upload_warned = False
-        self._written = set()       # (step, tag): an event reported twice (on_log and on_evaluate) is written once
+        self._written = set()       # (step, tag, value): an event reported twice (on_log, on_evaluate) is written once
         self._in_train = False
 
     # ------------------------------------------------------------------ writer and uploads
@@ -72,7 +72,6 @@ class TensorBoardCallback(TrainerCallback):
         else:
             local = self._staging = tempfile.mkdtemp(prefix="raytrainer-tensorboard-")
         self.tb_writer = self._SummaryWriter(log_dir=local)
-        self._written.clear()
 
     def _upload(self, force: bool = False):
         """Copy the staged event files to logging_dir; whole files, since object stores cannot append."""
@@ -97,14 +96,14 @@ class TensorBoardCallback(TrainerCallback):
         if not logs:
             return
         for tag, value in rewrite_logs(logs).items():
-            if (step, tag) in self._written:
-                continue
-            self._written.add((step, tag))
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
                     value = value.item()
                 else:
                     continue  # HF warns and drops non-scalars too
+            if (step, tag, value) in self._written:
+                continue
+            self._written.add((step, tag, value))
             if isinstance(value, str):
                 self.tb_writer.add_text(tag, value, step)
             else:
@@ -118,6 +117,7 @@ class TensorBoardCallback(TrainerCallback):
             return  # already open (an event may reach us once per rank on older drivers)
         self._in_train = True
         self._open(args)
+        self._written.clear()  # a new run: its steps start over (a resumed one purges what follows below)
         if state.global_step > 0:  # resumed: an earlier run may have logged past this checkpoint in this directory
             self._purge_from(state.global_step + 1)
         self.tb_writer.add_text("args", args.to_json_string())  # secrets are redacted by to_json_string
@@ -129,8 +129,8 @@ class TensorBoardCallback(TrainerCallback):
         if self.tb_writer is None:
             self._open(args)
         self._scalars({**(logs or {}), **rank_metrics(rank_stats)}, state.global_step)
-        if not self._in_train:  # trainer.evaluate() / predict() after training: write it out now
-            self._close()
+        if not self._in_train:  # trainer.evaluate() / predict() after training: out now, to the same event file
+            self._upload(force=True)  # (closing here made the event's second report open a third file)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         # HF reports evaluations through on_log; here they also arrive as their own event.
@@ -146,7 +146,7 @@ class TensorBoardCallback(TrainerCallback):
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
         self.tb_writer._get_file_writer().add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
-        self._written = {(s, t) for s, t in self._written if s < step}
+        self._written = {key for key in self._written if key[0] < step}
 
     def on_save(self, args, state, control, **kwargs):
         if self.tb_writer is not None:

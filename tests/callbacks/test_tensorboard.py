@@ -138,3 +138,16 @@ def test_a_resumed_run_hides_what_an_earlier_run_logged_after_its_checkpoint(tmp
     second.on_train_end(args, state, TrainerControl())
     points = [(e.step, e.value) for e in read(str(tmp_path / "tb")).Scalars("train/loss")]
     assert points == [(1, 11.0), (2, 12.0), (3, 23.0), (4, 24.0)]  # no stale point left
+
+
+def test_evaluate_after_training_writes_each_scalar_once_to_one_more_file(tmp_path):
+    """HF closes its writer at the end of training, so an evaluate() after it opens one new event file; the
+    evaluation arrives as on_log and on_evaluate and is written once, and a second evaluate() adds no file.
+    (A value already written at that step and tag, as the last in-training evaluation's, is not written again.)"""
+    trainer = train(tmp_path)
+    metrics = trainer.evaluate(TokenData(8, seed=2))
+    trainer.evaluate(TokenData(8, seed=2))
+    files = glob.glob(os.path.join(trainer.args.logging_dir, "events.out.tfevents.*"))
+    assert len(files) == 2, files
+    after = read(max(files, key=os.path.getmtime))
+    assert scalars(after, "eval/loss") == pytest.approx({6: metrics["eval_loss"]}, rel=1e-6)
