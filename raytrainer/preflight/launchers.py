@@ -66,11 +66,23 @@ def check_not_launched(env: Optional[Mapping[str, str]] = None, argv: Optional[l
     multi_node = ("" if nodes <= 1 else
                   f" Your launch spans {nodes} machines: start a Ray cluster on them first (`ray start --head` on "
                   "one, `ray start --address=HEAD_IP:6379` on the others) and run the command on the head node.")
-    raise ConfigError(
+    raise LaunchRefused(
         f"This script was started by {name} as {world_size} processes, but raytrainer starts its own workers "
         f"(one Ray actor per GPU or CPU slot): run it once, as a single process, and ask for {world_size} "
         f"workers:\n    {command}\n(or set TrainingArguments(num_workers={world_size}) in the script)."
         f"{multi_node} Every process of this launch stops here, before Ray starts.")
+
+
+class LaunchRefused(ConfigError, SystemExit):
+    """The launcher's refusal, read in a terminal where every process of the launch prints what reaches the top:
+    as a SystemExit it ends the process with the message alone, no traceback, and status 1 (a str code: Python
+    prints it to stderr), and the launcher's own summary follows. Every rank prints it: the launcher stops the
+    others when the first exits, so the rank that gets there first must say it. Code that catches ConfigError
+    (or ValueError) still catches it."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = message
 
 
 def suggested_command(world_size: int, argv: list) -> str:
