@@ -72,6 +72,8 @@ def json_objects(args) -> None:
         value = getattr(args, name)
         if isinstance(value, str):
             setattr(args, name, parse_json_object(value, name, example=example))
+        elif value is not None and not isinstance(value, dict):  # (storage_options=1 crashed in fsspec, later)
+            raise ConfigError(f"{name} must be a dict or {example}, got {type(value).__name__} {value!r}.")
 
 
 def transformers_spellings(args) -> None:

@@ -62,3 +62,10 @@ def test_local_output_dir_is_made_absolute_where_the_user_runs_and_urls_are_kept
     assert args.resume_from_checkpoint == str(tmp_path / "runs" / "a" / "checkpoint-5")
     assert TrainingArguments(output_dir="s3://bucket/run").output_dir == "s3://bucket/run"
 
+
+
+@pytest.mark.parametrize("field", ["storage_options", "resources_per_worker", "lr_scheduler_kwargs"])
+def test_a_dict_field_given_neither_a_dict_nor_json_text_is_refused_naming_both(field):
+    with pytest.raises(ConfigError, match=rf"{field} must be a dict or a JSON object .*got int 1"):
+        TrainingArguments(output_dir="out", **{field: 1})
+    assert getattr(TrainingArguments(output_dir="out", **{field: '{"a": 1}'}), field) == {"a": 1}
