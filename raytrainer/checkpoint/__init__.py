@@ -10,6 +10,7 @@
     resume.py         which checkpoint a run resumes from, verified on the driver
     manager.py        the worker loop's view: save when due, resume, track the best
     model_io.py       model weights: save_pretrained or model.safetensors, read back verified
+    peft_io.py        a PEFT model's adapters (adapter_model.safetensors) loaded back into it
     sharded.py        FSDP's shards through torch.distributed.checkpoint (DCP); async_shards.py: in the background
     consolidate.py    `raytrainer consolidate`: a sharded checkpoint's model as one model.safetensors
 

@@ -28,7 +28,7 @@ from . import lease, manifest
 from .async_shards import ShardGroups, save_sharded_async
 from .damage import CheckpointDamagedError, check_bytes, parsing, verify
 from .listing import TRAINER_STATE_NAME, checkpoint_name, list_checkpoints, remove_partial
-from .model_io import load_into, load_model_state
+from .model_io import load_checkpoint_weights
 from .sharded import (
     OPTIMIZER_DIR,
     is_sharded,
@@ -83,11 +83,10 @@ class CheckpointManager:
         if trainer.strategy.shards_state:
             return self._save_sharded(state)
         rng_states = self.ctx.all_gather_object(get_rng_state())
+        ckpt_url = join(self.output_dir, checkpoint_name(state.global_step))
+        _mark_best(state, ckpt_url)
         if not self.ctx.is_main:
             return
-        ckpt_url = join(self.output_dir, checkpoint_name(state.global_step))
-        if state.best_global_step == state.global_step:
-            state.best_model_checkpoint = ckpt_url
         model = trainer.strategy.unwrap(trainer.model_wrapped)
         snapshot = Snapshot(
             step=state.global_step,
@@ -105,6 +104,7 @@ class CheckpointManager:
     def _save_sharded(self, state: TrainerState):
         trainer, args, ctx, opts = self.trainer, self.trainer.args, self.ctx, self.storage_options
         ckpt_url = join(self.output_dir, checkpoint_name(state.global_step))
+        _mark_best(state, ckpt_url)
         optimizer = None if args.save_only_model else trainer.optimizer
         # Every rank: the previous save's background writes, their collectives and its commit are done before
         # this one starts (one save in flight; its groups are free again; retention ran before this directory).
@@ -126,8 +126,6 @@ class CheckpointManager:
             written, checksums = self._write_shards_now(optimizer, ckpt_url)
             if not ctx.is_main:
                 return
-        if state.best_global_step == state.global_step:
-            state.best_model_checkpoint = ckpt_url
         model = trainer.strategy.unwrap(trainer.model_wrapped)
         snapshot = Snapshot(
             step=state.global_step, model_state={}, model=model, optimizer_state=None,
@@ -251,12 +249,13 @@ class CheckpointManager:
         """Load only the weights of checkpoint `url` (load_best_model_at_end)."""
         trainer = self.trainer
         self.writer.wait()  # `url` may be the save still in flight
+        self.ctx.barrier()  # every rank loads it: the others wait until rank 0's writer committed it
         if trainer.strategy.shards_state:
             self._check_shards(url, self._manifest(url))
             load_sharded(trainer.model_wrapped, None, url, self.storage_options)
         else:
-            load_into(trainer.strategy.unwrap(trainer.model_wrapped),
-                      load_model_state(url, self.storage_options, self._manifest(url)))
+            load_checkpoint_weights(trainer.strategy.unwrap(trainer.model_wrapped), url, self.storage_options,
+                                    self._manifest(url))
 
     def _check_shards(self, url: str, committed: Optional[dict]):
         """Collective: every rank checks its share of the DCP files, and all raise if any is damaged (DCP's load
@@ -295,7 +294,7 @@ class CheckpointManager:
             self._check_shards(url, committed)
             load_sharded(trainer.model_wrapped, None if model_only else trainer.optimizer, url, opts)
         else:
-            load_into(trainer.strategy.unwrap(trainer.model_wrapped), load_model_state(url, opts, committed))
+            load_checkpoint_weights(trainer.strategy.unwrap(trainer.model_wrapped), url, opts, committed)
             if not model_only:
                 trainer.optimizer.load_state_dict(self._load_object(url, OPTIMIZER_FILE, committed))
         state = self._read_state(url, committed)
@@ -308,6 +307,13 @@ class CheckpointManager:
         own_rng = rng_file(self.ctx.rank)
         set_rng_state(self._load_object(url, own_rng if exists(join(url, own_rng), opts) else rng_file(0), committed))
         return state
+
+
+def _mark_best(state: TrainerState, ckpt_url: str):
+    """On every rank, not only the writer: load_best_model_at_end loads on every rank, and FSDP's load is a
+    collective (rank 0 alone in it waited forever for the others)."""
+    if state.best_global_step == state.global_step:
+        state.best_model_checkpoint = ckpt_url
 
 
 def restart_from_weights(trainer, url: str, global_step: int, warn: bool):
