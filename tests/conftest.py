@@ -47,7 +47,9 @@ CLOSING_POOL_LAST = ("tests/integration/test_worker_group.py::test_trainers_one_
 SECOND_PROCESS = SUBPROCESS_DRIVERS_FIRST + ("tests/integration/test_resume.py",
                                              "tests/integration/test_reliability_storage.py",
                                              # a killed driver and a group restart: ~2.5 min, off the first's
-                                             "tests/hosted/test_launch_on_ray.py")
+                                             "tests/hosted/test_launch_on_ray.py",
+                                             # Ray Data on a Ray of 2 CPUs of its own (issue 32)
+                                             "tests/integration/test_ray_data_two_cpus.py")
 
 
 def pytest_collection_modifyitems(items):

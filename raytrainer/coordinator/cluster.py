@@ -9,6 +9,7 @@ import sys
 from typing import Dict, Tuple
 
 from ..arguments.scaling import Workers, bounds
+from ..data import ray_data
 from ..errors import ConfigError
 from ..verbosity import filter_forwarded_logs, quiet_driver
 
@@ -148,7 +149,8 @@ def check_placeable(num_workers: Workers, per_worker: Dict[str, float]):
                 f"resources_per_worker, or add nodes with {name}.")
 
 
-# CPUs a run that reads a Ray Dataset must leave free of its workers, for Ray Data's tasks.
+# CPUs a run that reads a Ray Dataset leaves free of its workers at least (the pool's room check in dispatch.py):
+# more than raytrainer's own Ray Data step asks (data/ray_data.py, OWN_TASK_CPUS).
 DATA_CPU_HEADROOM = 0.5
 
 
@@ -163,19 +165,28 @@ def started_here() -> bool:
     return bool(getattr(worker._global_node, "head", False))
 
 
-def leave_cpus_for_data(args, use_gpu: bool):
-    """On a Ray this process started, a Ray Data run whose workers would hold every CPU (2 workers on a 2-core
-    laptop) reserves a little less than a CPU per worker, so that Ray Data's tasks get the rest. These are
-    logical CPUs: every worker still computes on its core. A cluster the user brought, or resources_per_worker
-    set by the user, is left as it is (check_cpus_left_for_data then names the fix)."""
+def data_cpu_asks(datasets) -> Tuple[float, str]:
+    """What the Ray Datasets' own steps need free besides the workers (the largest of them: one is read at a
+    time), and the words that name it (`ray_data.cpu_asks`)."""
+    return max((ray_data.cpu_asks(dataset) for dataset in datasets), default=(0.0, ""), key=lambda ask: ask[0])
+
+
+def leave_cpus_for_data(args, use_gpu: bool, data_cpus: float = 0.0):
+    """On a Ray this process started, a Ray Data run whose workers would not leave Ray Data a whole CPU (2 workers
+    on a 2-core laptop: 0.75 CPU each left 0.5, and a map_batches at its default of 1 CPU waited forever) reserves
+    less than a CPU per worker, so that Ray Data's tasks at their default, and `data_cpus` (what the dataset's
+    steps ask: `data_cpu_asks`), get the rest. These are logical CPUs: every worker still computes on its core,
+    and Ray Data's tasks share the cores with them. A cluster the user brought, or resources_per_worker set by
+    the user, is left as it is (check_cpus_left_for_data then names the fix)."""
     import ray
 
     if args.resources_per_worker or not started_here():
         return
     total, workers = ray.cluster_resources().get("CPU", 0), args.max_workers
-    if total - workers >= DATA_CPU_HEADROOM:
+    keep = max(ray_data.DEFAULT_STEP_CPUS, data_cpus)  # a user's map_batches at its defaults runs too
+    if total - workers >= keep:
         return
-    share = math.floor((total - DATA_CPU_HEADROOM) / workers * 100) / 100
+    share = _share(total, workers, keep)
     if share <= 0:
         return
     args.resources_per_worker = {"CPU": share, **({"GPU": 1} if use_gpu else {})}
@@ -184,19 +195,30 @@ def leave_cpus_for_data(args, use_gpu: bool):
         "leaves %g for Ray Data's tasks.", total, workers, share, total - share * workers)
 
 
-def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float]):
-    """A Ray Dataset's map_batches/read tasks run on CPUs the training workers do not hold: with none left
-    they would wait forever. Fail now, naming the fix."""
+def _share(total: float, workers: int, keep: float) -> float:
+    """The CPU per worker that leaves `keep` of `total` free, rounded down to a hundredth."""
+    return math.floor((total - keep) / workers * 100) / 100
+
+
+def check_cpus_left_for_data(num_workers: int, per_worker: Dict[str, float], data_cpus: float = 0.0,
+                             asks: str = ""):
+    """A Ray Dataset's map_batches/read tasks run on CPUs the training workers do not hold: with fewer left than
+    its steps ask (`data_cpus`, named in `asks`) they would wait forever. Fail now, naming the fix."""
     import ray
 
     total = ray.cluster_resources().get("CPU", 0)
     taken = num_workers * per_worker.get("CPU", 0)
-    if total - taken < DATA_CPU_HEADROOM:
-        raise ConfigError(
-            f"A ray.data.Dataset is read by {num_workers} workers holding {taken:g} of the cluster's {total:g} "
-            "CPUs, which leaves none for Ray Data's own tasks (map_batches, reads): the run would wait "
-            "forever. Give the workers fewer CPUs (resources_per_worker={'CPU': 0.5}), use fewer workers, "
-            "or give Ray more CPUs (ray.init(num_cpus=...) before building the dataset, or add a node).")
+    need = max(data_cpus, ray_data.OWN_TASK_CPUS)
+    if total - taken >= need:
+        return
+    share = _share(total, num_workers, need)
+    fewer = f"resources_per_worker={{'CPU': {share:g}}}" if share > 0 else "resources_per_worker={'CPU': 0.5}"
+    raise ConfigError(
+        f"A ray.data.Dataset is read by {num_workers} workers holding {taken:g} of the cluster's {total:g} CPUs, "
+        f"which leaves {max(total - taken, 0):g} for Ray Data's own tasks (map_batches, reads); they ask {need:g} "
+        f"({asks or 'raytrainer padding the rows'}): the run would wait forever. Give the workers fewer CPUs "
+        f"({fewer}), ask less in the dataset's steps (map_batches(..., num_cpus=0.5)), use fewer workers, or "
+        "give Ray more CPUs (ray.init(num_cpus=...) before building the dataset, or add a node).")
 
 
 def alive_node_count() -> int:

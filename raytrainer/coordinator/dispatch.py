@@ -92,7 +92,8 @@ def worker_group(args, user: holders.PoolUser, kind: JobKind, datasets: Dict[str
             user.release()
         need = {k: v * min(bounds(args.num_workers)) for k, v in cluster.worker_resources(args, use_gpu).items()}
         if datasets:  # Ray Data's tasks need CPUs besides the workers': an idle group must not hold them
-            need["CPU"] = need.get("CPU", 0) + cluster.DATA_CPU_HEADROOM
+            data_cpus = cluster.data_cpu_asks(datasets.values())[0]  # what their steps ask (map_batches, reads)
+            need["CPU"] = need.get("CPU", 0) + max(cluster.DATA_CPU_HEADROOM, data_cpus)
         holders.check_room(need, f"{kind}() with {args.num_workers} workers")
         group = WorkerGroup(spec, args, owner=user.owner)
         holders.hold(group)

@@ -22,6 +22,7 @@ from ..protocol import ERROR, JobKind, Kind, WorkOrder
 from ..startup import Startup, Timeline
 from ..worker.entry import run_job
 from ..worker_context import WorkerContext
+from .pending import PendingWatch
 from .sink import DirectSink, decision, tell_stall
 
 logger = logging.getLogger("raytrainer")
@@ -143,10 +144,13 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
         everything up to that point; take the result when rank 0 says it is there."""
         for message in get(sink.wait_events.remote(timeout_s)):
             kind = message.kind
+            if kind is not Kind.STALL:
+                waiting.progress()
             if kind is Kind.CONTROL_REQUEST:
                 sink.decide.remote(message.id, decision(handler))
             elif kind is Kind.STALL:  # told whatever its job: a hang is worth a line at any time
                 tell_stall(message)
+                waiting.on_stall()  # and what Ray cannot place, if anything: the stall's likely cause
             elif message.job != job_id:
                 continue
             elif kind is Kind.RESULT_READY:
@@ -162,10 +166,13 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
     def ended() -> bool:
         return any(k in outcome for k in ("result", "receive_error", "failed"))
 
+    # No progress for a while and Ray holds demands it cannot place (a Ray Data task, this worker group): say so.
+    waiting = PendingWatch()
     with _first_ctrl_c_stops(sink, graceful=getattr(handler, "stops_at_a_step", True)) as stopping:
         while not ended() and group.thread_alive():
             pump(POLL_INTERVAL_S)
             stopping.relay()
+            waiting.look()
     if not ended():  # the group's fit() ended: read what its last workers sent
         pump(0)
     if "failed" in outcome:

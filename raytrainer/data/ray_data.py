@@ -20,6 +20,10 @@ How it is split (`RayDataRef.iterator`, called by every rank as a job's training
   so the epoch's length is known in advance and no row is dropped. When it is unknown (a `map_batches`
   pipeline), the split is `equal=False` (no row dropped either) and the ranks agree at every micro-step
   whether any of them still has data; one that has none trains on a zero-weight filler batch.
+- The padding is raytrainer's one Ray Data step: its tasks ask `OWN_TASK_CPUS`, a fraction of a CPU, so that they
+  run beside training workers that hold all but a fraction of the CPUs. What a pipeline's own steps ask
+  (`cpu_asks`) is checked against what the workers leave free before any worker starts
+  (`coordinator/cluster.py`): a step that asks more than is left would wait forever.
 - Evaluation and prediction data is not split: every rank reads the whole stream and keeps every
   world-size-th batch, so the gathered predictions can be put back in dataset order.
 """
@@ -39,6 +43,11 @@ from ..transfer import is_ray_dataset
 # Marks the padding rows added to make the row count a multiple of the world size.
 PAD_COLUMN = "__raytrainer_pad__"
 TRAIN = "train"
+# CPUs each task of raytrainer's own Ray Data step (the padding's marks) asks. At Ray Data's default (1 CPU) it
+# waited forever beside 2 workers of 0.75 CPU on a 2-CPU Ray; preflight leaves at least this much free.
+OWN_TASK_CPUS = 0.25
+# What a Ray Data task or actor asks when its step does not say (Ray Data's MapOperator and read tasks).
+DEFAULT_STEP_CPUS = 1.0
 
 
 def known_row_count(dataset) -> Optional[int]:
@@ -153,14 +162,46 @@ def check_train_length(dataset, args):
             "num_train_epochs works).")
 
 
+def cpu_asks(dataset) -> Tuple[float, str]:
+    """The CPUs the dataset's steps still to run need free at once besides the training workers, and a few words
+    naming what asks them: its actor pools (held while the split runs: min_size actors each) plus its largest
+    task. A materialized dataset (or `from_items`) has no step left but raytrainer's padding (when its length is
+    known: `pad_to_multiple`)."""
+    from ray.data._internal.compute import ActorPoolStrategy
+    from ray.data._internal.logical.operators.all_to_all_operator import AbstractAllToAll
+
+    pools, largest = [], (0.0, "")
+    if known_row_count(dataset) is not None:
+        largest = (OWN_TASK_CPUS, f"raytrainer's padding asks {OWN_TASK_CPUS:g} CPU per task")
+    plan = getattr(getattr(dataset, "_logical_plan", None), "dag", None)
+    seen, todo = set(), [plan] if plan is not None else []
+    while todo:
+        op = todo.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        todo.extend(op.input_dependencies)
+        remote_args = getattr(op, "ray_remote_args", None)
+        if remote_args is None and not isinstance(op, AbstractAllToAll):
+            continue  # no task of its own: in-memory input, limit, union
+        cpus = float((remote_args or {}).get("num_cpus", DEFAULT_STEP_CPUS))
+        compute = getattr(op, "compute", None)
+        if isinstance(compute, ActorPoolStrategy):
+            pools.append((cpus * compute.min_size, f"{op.name} keeps {compute.min_size} actor(s) of {cpus:g} CPU"))
+        elif cpus > largest[0]:
+            largest = (cpus, f"{op.name} asks {cpus:g} CPU per task")
+    asks = pools + ([largest] if largest[0] else [])
+    return sum(cpus for cpus, _ in asks), "; ".join(words for _, words in asks)
+
+
 def pad_to_multiple(dataset, num_rows: int, world_size: int):
     """Append copies of the first rows, marked in PAD_COLUMN, so every rank of an equal split gets the same
     number of rows and none is dropped (Ray's equal split drops the remainder)."""
     missing = (-num_rows) % world_size
     if missing == 0:
         return dataset
-    marked = dataset.map_batches(_mark(0), batch_format="pyarrow")
-    filler = dataset.limit(missing).map_batches(_mark(1), batch_format="pyarrow")
+    marked = dataset.map_batches(_mark(0), batch_format="pyarrow", num_cpus=OWN_TASK_CPUS)
+    filler = dataset.limit(missing).map_batches(_mark(1), batch_format="pyarrow", num_cpus=OWN_TASK_CPUS)
     return ordered(marked.union(filler))
 
 

@@ -30,7 +30,7 @@ def run(target: Any, order: HostedOrder, args, handler: HostedHandler, user: hol
     else:
         cluster.connect(args.ray_address)
         use_gpu = cluster.cluster_has_gpus() if args.use_gpu is None else bool(args.use_gpu)
-        check_placement(args, use_gpu, reads_ray_data=False)
+        check_placement(args, use_gpu)
         if cluster.workers_may_be_elsewhere():
             check_datasets_travel(target)
     packed = pack(target, order)

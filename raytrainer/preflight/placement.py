@@ -3,23 +3,38 @@ worker reaches and may write."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from .. import storage
-from ..coordinator import cluster
+from ..coordinator import cluster, holders
 from ..errors import StorageError
+from ..transfer import is_ray_dataset
 
 
-def check_placement(args, use_gpu: bool, reads_ray_data: bool):
-    """The workers can be placed (an elastic run: its minimum), a Ray Dataset's tasks keep CPUs besides them (on
-    a Ray this process started, the workers' CPU share is lowered for it first), and a local output_dir is not
-    written from several nodes. num_workers=0 runs here: nothing to place."""
+def check_placement(args, use_gpu: bool, ray_datasets: Sequence = ()):
+    """The workers can be placed (an elastic run: its minimum), the steps of the Ray Datasets the run reads
+    (`ray_datasets`) keep the CPUs they ask besides the workers (on a Ray this process started, the workers' CPU
+    share is lowered for them first), and a local output_dir is not written from several nodes. num_workers=0
+    runs here: nothing to place."""
     if args.max_workers == 0:
         return
-    if reads_ray_data:
-        cluster.leave_cpus_for_data(args, use_gpu)  # may set args.resources_per_worker: read it after
+    data_cpus, asks = cluster.data_cpu_asks(ray_datasets)
+    if ray_datasets:
+        cluster.leave_cpus_for_data(args, use_gpu, data_cpus)  # may set args.resources_per_worker: read it after
     cluster.check_placeable(args.num_workers, cluster.worker_resources(args, use_gpu))
-    if reads_ray_data:
-        cluster.check_cpus_left_for_data(args.max_workers, cluster.worker_resources(args, use_gpu))
+    if ray_datasets:
+        cluster.check_cpus_left_for_data(args.max_workers, cluster.worker_resources(args, use_gpu), data_cpus, asks)
     check_shared_output_dir(args)
+
+
+def make_room_for_data(datasets: Sequence):
+    """The loss check reads a Ray Dataset's first rows on the driver, through its pipeline's tasks: an idle worker
+    group of this process that holds the CPUs they ask (a map-style run's group holds every CPU of a laptop) would
+    make that read wait until its idle timeout. Release such groups first, as a new group's start would."""
+    ray_datasets = [dataset for dataset in datasets if is_ray_dataset(dataset)]
+    if ray_datasets:
+        data_cpus, asks = cluster.data_cpu_asks(ray_datasets)
+        holders.check_room({"CPU": data_cpus}, f"reading the first rows of a ray.data.Dataset ({asks})")
 
 
 def check_shared_output_dir(args):

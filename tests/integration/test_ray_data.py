@@ -169,21 +169,35 @@ def test_in_process_and_bad_input(tmp_path):
 
     # As many workers of 1 CPU (asked for) as the test Ray has CPUs leave none for Ray Data's tasks: refused
     # before any actor.
-    with pytest.raises(ConfigError, match="leaves none for Ray Data's own tasks.*resources_per_worker"):
+    with pytest.raises(ConfigError, match="leaves 0 for Ray Data's own tasks.*resources_per_worker"):
         make_trainer(tmp_path, "nocpu", rows(), num_workers=SESSION_CPUS, resources_per_worker={"CPU": 1}).train()
+    # Workers that leave half a CPU (as on a brought cluster: the user's reservation is kept), and a map_batches at
+    # its default of a whole CPU per task: it could never run beside them. Refused, naming the step and the fix.
+    half_left = {"CPU": (SESSION_CPUS - 0.5) / 2}
+    with pytest.raises(ConfigError, match=r"leaves 0.5 .* they ask 1 \(MapBatches\(tokenize\) asks 1 CPU per task\)"
+                                          r".*resources_per_worker=\{'CPU': 2.5\}.*num_cpus"):
+        make_trainer(tmp_path, "halfcpu", rows(known_length=False), max_steps=2,
+                     resources_per_worker=half_left).train()
+    # The same workers with a materialized dataset: only raytrainer's padding runs, at a quarter of a CPU.
+    from raytrainer.coordinator import cluster
+
+    cluster.check_cpus_left_for_data(2, half_left, *cluster.data_cpu_asks([rows()]))
 
 
 def test_on_a_ray_started_here_workers_that_would_hold_every_cpu_reserve_less_for_ray_data():
     """The laptop case (as many workers as cores, on the Ray this process started: here the test session's 6
-    logical CPUs): each worker reserves a little less than a CPU, and the run is no longer refused."""
+    logical CPUs): each worker reserves less than a CPU, leaving Ray Data a whole one (what its tasks ask by
+    default), and the run is no longer refused."""
     from raytrainer.coordinator import cluster
 
     assert SESSION_CPUS == 6
     args = TrainingArguments(output_dir="unused", num_workers=6)
     assert cluster.started_here()
-    cluster.leave_cpus_for_data(args, use_gpu=False)
-    assert args.resources_per_worker == {"CPU": 0.91}  # (6 - 0.5) / 6, rounded down
-    cluster.check_cpus_left_for_data(6, cluster.worker_resources(args, False))  # no error now
+    data_cpus, asks = cluster.data_cpu_asks([rows(known_length=False)])
+    assert (data_cpus, asks) == (1.0, "MapBatches(tokenize) asks 1 CPU per task")
+    cluster.leave_cpus_for_data(args, use_gpu=False, data_cpus=data_cpus)
+    assert args.resources_per_worker == {"CPU": 0.83}  # (6 - 1) / 6, rounded down
+    cluster.check_cpus_left_for_data(6, cluster.worker_resources(args, False), data_cpus, asks)  # no error now
     asked = TrainingArguments(output_dir="unused", num_workers=6, resources_per_worker={"CPU": 1})
-    cluster.leave_cpus_for_data(asked, use_gpu=False)
+    cluster.leave_cpus_for_data(asked, use_gpu=False, data_cpus=data_cpus)
     assert asked.resources_per_worker == {"CPU": 1}  # the user's own reservation is kept (and refused above)
