@@ -23,12 +23,14 @@ _EXPORTS = {
     "register_reporter": ".arguments.report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
     "TrainerControl": ".state", "TrainerState": ".state", "TrainOutput": ".state", "Trainer": ".trainer",
     "hosted": ".hosting.api", "HostedTrainer": ".hosting.api", "launch": ".hosting.launch",
-    "get_last_checkpoint": ".checkpoint.listing",
+    "get_last_checkpoint": ".checkpoint.listing", "Seq2SeqTrainer": ".seq2seq_trainer",
+    "Seq2SeqTrainingArguments": ".arguments.seq2seq_args",
 }
 
 __all__ = [
     "ArgumentParser", "ConfigError", "DefaultCollator", "EarlyStoppingCallback", "EvalPrediction",
-    "HostedTrainer", "PredictionOutput", "PrinterCallback", "ProfilerCallback", "ProgressCallback", "StorageError",
+    "HostedTrainer", "PredictionOutput", "PrinterCallback", "ProfilerCallback", "ProgressCallback",
+    "Seq2SeqTrainer", "Seq2SeqTrainingArguments", "StorageError",
     "Trainer", "TrainerCallback", "TrainerControl", "TrainerState", "TrainingArguments", "TrainOutput",
     "get_last_checkpoint", "hosted", "launch", "register_reporter",
 ]
@@ -50,6 +52,7 @@ def __dir__():
 if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
     from .arguments.parser import ArgumentParser
     from .arguments.report_to import register_reporter
+    from .arguments.seq2seq_args import Seq2SeqTrainingArguments
     from .arguments.training_args import TrainingArguments
     from .callbacks.base import TrainerCallback
     from .callbacks.early_stopping import EarlyStoppingCallback
@@ -60,5 +63,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
     from .errors import ConfigError, StorageError
     from .hosting.api import HostedTrainer, hosted
     from .hosting.launch import launch
+    from .seq2seq_trainer import Seq2SeqTrainer
     from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
     from .trainer import Trainer

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import torch
 
 from . import preflight, storage, transfer
+from .arguments.checks import check_arguments_object
 from .arguments.training_args import TrainingArguments
 from .callbacks.base import CallbackHandler, CallbackMethods
 from .callbacks.progress import PrinterCallback, ProgressCallback
@@ -58,6 +59,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         self.args = args if args is not None else TrainingArguments()
+        check_arguments_object(self.args, TrainingArguments)  # transformers' own class: refused, naming ours
         quiet_driver(self.args)
         self.model = model
         self.model_init = model_init

@@ -12,4 +12,5 @@
 - `transformers_fields`: every transformers field, classified (same / different / refused) with its note;
 - `docs_table`: docs/arguments.md's table, generated from both classes;
 - `parser`: `ArgumentParser`, HfArgumentParser's shape (command line, dict, YAML/JSON files).
+- `seq2seq_args`: `Seq2SeqTrainingArguments`, transformers' generation fields on top (`Seq2SeqTrainer`'s).
 """

@@ -243,6 +243,23 @@ def refused_transformers_fields(args) -> None:
                               f"{HF_FIELDS[name][1]}")
 
 
+def check_arguments_object(args, expected: type) -> None:
+    """The Trainer's `args` must be raytrainer's arguments class. transformers' own (or a TRL config) was accepted
+    and failed later, far from the cause (`AttributeError: ... 'max_workers'`): refused here, naming the class."""
+    if isinstance(args, expected):
+        return
+    mro = [c for c in type(args).__mro__ if c.__module__.split(".")[0] in ("transformers", "trl")]
+    name = type(args).__name__
+    if mro:
+        ours = "Seq2SeqTrainingArguments" if any(c.__name__ == "Seq2SeqTrainingArguments" for c in mro) else \
+            "TrainingArguments"
+        raise ConfigError(f"args is {type(args).__module__}.{name}: raytrainer's Trainer needs raytrainer.{ours} "
+                          f"(the same fields, plus num_workers and the Ray options): `from raytrainer import {ours}`. "
+                          "To run a transformers.Trainer subclass with its own arguments class (TRL's trainers), "
+                          "use raytrainer.hosted(...).")
+    raise ConfigError(f"args must be a raytrainer.{expected.__name__}, got {name}.")
+
+
 # (check, the fields it owns), in the order __post_init__ runs them: the one place that says where a field's check
 # lives. A field no check reads yet is listed too, under the topic its check would join.
 TOPICS: tuple[tuple[Callable[..., None], tuple[str, ...]], ...] = (

@@ -131,7 +131,7 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         if batch_metrics is not None:
             metrics = batch_metrics
         elif trainer.compute_metrics is not None and all_preds is not None and all_labels is not None:
-            metrics = dict(trainer.compute_metrics(EvalPrediction(predictions=all_preds, label_ids=all_labels)))
+            metrics = dict(call_compute_metrics(trainer.compute_metrics, all_preds, all_labels))
         metrics = {k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}": _plain(v)
                    for k, v in metrics.items()}
         if losses:  # NaN when every batch's loss was NaN/Inf (left out by logging_nan_inf_filter)
@@ -143,6 +143,22 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         metrics[f"{metric_key_prefix}_steps_per_second"] = round(steps / max(runtime, 1e-9), 3)
     metrics = ctx.broadcast_object(metrics)
     return PredictionOutput(predictions=all_preds, label_ids=all_labels, metrics=metrics)
+
+
+def call_compute_metrics(compute_metrics, predictions, label_ids):
+    """compute_metrics on the gathered predictions. A script written for generated ids (decoding them) fails deep
+    inside its tokenizer when it gets logits: its error then names compute_metrics and the cause."""
+    try:
+        return compute_metrics(EvalPrediction(predictions=predictions, label_ids=label_ids))
+    except (TypeError, OverflowError) as exc:  # what a tokenizer's decode raises on floats
+        first = predictions[0] if isinstance(predictions, (tuple, list)) and predictions else predictions
+        if not (isinstance(first, np.ndarray) and np.issubdtype(first.dtype, np.floating)):
+            raise
+        raise TypeError(
+            f"compute_metrics raised {type(exc).__name__}: {exc}. It was given the model's logits (float, shape "
+            f"{first.shape}), not token ids: if it decodes ids, use raytrainer.Seq2SeqTrainer with "
+            "Seq2SeqTrainingArguments(predict_with_generate=True) for generated ids, or reduce the logits first "
+            "(argmax) in preprocess_logits_for_metrics.") from exc
 
 
 def _passes_behind(trainer, dataloader) -> int:
