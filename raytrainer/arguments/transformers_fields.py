@@ -146,7 +146,7 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "parallelism_config": (REFUSED, "use strategy='ddp' or 'fsdp' (FSDP2 over all workers) and num_workers; "
                                     "tensor, context and hybrid parallelism are not available."),
     "dataloader_drop_last": (SAME, ""),
-    "dataloader_num_workers": (SAME, "Per training worker."),
+    "dataloader_num_workers": (SAME, "Per training worker; an iterable dataset is read in the worker's process."),
     "dataloader_pin_memory": (SAME, "Only where the worker's device is a GPU."),
     "dataloader_persistent_workers": (SAME, ""),
     "dataloader_prefetch_factor": (SAME, "Needs dataloader_num_workers > 0, as in transformers."),
@@ -157,8 +157,8 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "label_names": (SAME, ""),
     "train_sampling_strategy": (SAME, "random, sequential, group_by_length (mega-batches of 50 global batches "
                                       "sorted by length, the longest first); batch_rebalance is refused. A "
-                                      "ray.data.Dataset keeps its stream's order, as transformers ignores it for an "
-                                      "IterableDataset."),
+                                      "ray.data.Dataset or an iterable dataset keeps its stream's order, as "
+                                      "transformers ignores it for an IterableDataset."),
     "length_column_name": (SAME, ""),
     "ddp_find_unused_parameters": (DIFFERENT, "None means False (transformers: True unless gradient checkpointing); "
                                               "set True when the model has parameters without gradients."),

@@ -130,25 +130,31 @@ class RayTrainData:
             yield _rows(batch)
 
 
-class RayEvalLoader:
-    """Every world-size-th batch of the whole stream, starting at this rank's; see `interleave`."""
+class InterleavedEval:
+    """Every world-size-th batch of the whole stream, starting at this rank's; see `interleave`. A subclass gives
+    the stream's batches as lists of rows (`_batches`) and the rows of a filler pass's batch (`_filler_rows`):
+    a Ray Dataset here, an iterable dataset in data/streaming.py."""
 
-    def __init__(self, ref: RayDataRef, batch_size: int, collate: Callable, rank: int, world_size: int):
-        self.ref, self.batch_size, self.collate = ref, batch_size, collate
+    def __init__(self, batch_size: int, collate: Callable, rank: int, world_size: int):
+        self.batch_size, self.collate = batch_size, collate
         self.rank, self.world_size = rank, world_size
         self.total_batches = 0
         self.sizes: List[int] = []  # rows of each batch this rank took, in order
 
+    def _batches(self) -> Iterator[List[Any]]:
+        raise NotImplementedError
+
+    def _filler_rows(self) -> List[Any]:
+        raise NotImplementedError
+
     def __iter__(self) -> Iterator[dict]:
         self.total_batches, self.sizes = 0, []
-        for index, batch in enumerate(self.ref.iterator().iter_batches(batch_size=self.batch_size,
-                                                                       batch_format="numpy")):
+        for index, rows in enumerate(self._batches()):
             self.total_batches = index + 1
             if index % self.world_size != self.rank:
                 continue
-            real, _ = _rows(batch)
-            self.sizes.append(len(real))
-            yield self.collate(real)
+            self.sizes.append(len(rows))
+            yield self.collate(rows)
 
     def passes_behind(self) -> int:
         """After iterating: how many forward passes fewer than rank 0 this rank ran (sharded models need
@@ -156,7 +162,20 @@ class RayEvalLoader:
         return math.ceil(self.total_batches / self.world_size) - len(self.sizes)
 
     def filler_batch(self) -> dict:
-        return self.collate(self.ref.sample[:1])
+        return self.collate(self._filler_rows())
+
+
+class RayEvalLoader(InterleavedEval):
+    def __init__(self, ref: RayDataRef, batch_size: int, collate: Callable, rank: int, world_size: int):
+        super().__init__(batch_size, collate, rank, world_size)
+        self.ref = ref
+
+    def _batches(self) -> Iterator[List[Any]]:
+        for batch in self.ref.iterator().iter_batches(batch_size=self.batch_size, batch_format="numpy"):
+            yield _rows(batch)[0]  # without the padding rows
+
+    def _filler_rows(self) -> List[Any]:
+        return self.ref.sample[:1]
 
 
 def interleave(parts: List[Any], sizes: List[List[int]], concat: Callable[[List[Any]], Any]) -> Any:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..data.ray_data import check_train_length, is_ray_dataset
+from ..data.streaming import is_stream, stream_length
 from ..errors import ConfigError
 from ..worker.batch_metrics import check_compute_metrics
 from ..worker.neftune import input_embeddings
@@ -14,18 +13,39 @@ from ..worker.nonfinite import POLICIES
 
 
 def check_dataset(dataset: Any, name: str):
-    """A map-style dataset with a length, not empty (a Ray Dataset streams: its length may be unknown)."""
+    """A map-style dataset with a length, not empty; or a stream (a Ray Dataset, an iterable dataset: their
+    length may be unknown)."""
     if dataset is None or is_ray_dataset(dataset):
         return
-    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
+    if is_stream(dataset):
+        check_stream(dataset, name)
+        return
+    if not hasattr(dataset, "__getitem__"):
         raise ConfigError(f"{name} must be a map-style dataset (datasets.Dataset or a torch Dataset with "
-                          "__len__ and __getitem__); iterable datasets are not supported yet.")
+                          "__len__ and __getitem__), an iterable dataset (datasets.IterableDataset, a torch "
+                          f"IterableDataset) or a ray.data.Dataset; got a {type(dataset).__name__}.")
     try:
         size = len(dataset)
     except TypeError as exc:
         raise ConfigError(f"{name} has no len(): use a map-style dataset.") from exc
     if size == 0:
         raise ConfigError(f"{name} is empty.")
+
+
+def check_stream(dataset: Any, name: str):
+    """An iterable dataset is read whole by every worker, which keeps its share (data/streaming.py): one that
+    split_dataset_by_node already cut to one node's part would leave the others' rows out, silently."""
+    if getattr(dataset, "_distributed", None) is not None:  # what datasets.distributed.split_dataset_by_node sets
+        raise ConfigError(f"{name} was split with datasets.distributed.split_dataset_by_node: pass the whole "
+                          "stream. Every worker reads it and keeps its share of each global batch.")
+
+
+def check_stream_length(dataset: Any, args):
+    """As transformers: a stream without len() needs max_steps (its epoch's length is unknown)."""
+    if is_stream(dataset) and stream_length(dataset) is None and args.max_steps <= 0:
+        raise ConfigError(f"train_dataset is an iterable dataset ({type(dataset).__name__}) without a length: set "
+                          "max_steps to the number of optimizer steps to train (a new pass over the stream starts "
+                          "when it ends), as transformers requires.")
 
 
 def check_train_inputs(trainer):
@@ -36,6 +56,7 @@ def check_train_inputs(trainer):
     check_dataset(trainer.train_dataset, "train_dataset")
     if is_ray_dataset(trainer.train_dataset):
         check_train_length(trainer.train_dataset, args)
+    check_stream_length(trainer.train_dataset, args)
     if getattr(args, "on_nonfinite_loss", "warn") not in POLICIES:
         raise ConfigError(f"on_nonfinite_loss={args.on_nonfinite_loss!r}: choose one of {', '.join(POLICIES)}.")
     if args.batch_eval_metrics:  # transformers checks this at Trainer construction

@@ -14,6 +14,7 @@ import torch
 
 from ..data.columns import LABEL_ALIASES, count_label_items, dataset_columns, dropped_label_columns
 from ..data.ray_data import is_ray_dataset, sample_rows
+from ..data.streaming import first_rows, is_stream
 from ..errors import ConfigError
 from ..worker.hooks import batch_collator, call_compute_loss
 
@@ -55,7 +56,10 @@ def _untouched(model):
 
 
 def _check_loss(trainer, model, dataset: Any, dataset_name: str):
-    rows = sample_rows(dataset) if is_ray_dataset(dataset) else [dataset[i] for i in range(min(2, len(dataset)))]
+    rows = (sample_rows(dataset) if is_ray_dataset(dataset) else first_rows(dataset, 2) if is_stream(dataset)
+            else [dataset[i] for i in range(min(2, len(dataset)))])
+    if not rows:  # a stream (its emptiness is known only once read)
+        raise ConfigError(f"{dataset_name} is empty: iterating it gave no row.")
     batch = batch_collator(trainer)(rows)
     _check_labels_kept(trainer, rows, batch, dataset_name)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -118,7 +122,8 @@ def _check_loss_value(trainer, loss: Any, dataset_name: str, items: Optional[int
 
 
 def _loss_failure(trainer, dataset, dataset_name: str, exc: Exception) -> str:
-    columns = (list(sample_rows(dataset, 1)[0]) if is_ray_dataset(dataset) else dataset_columns(dataset)) or []
+    columns = (list(sample_rows(dataset, 1)[0]) if is_ray_dataset(dataset) else
+               list(first_rows(dataset, 1)[0]) if is_stream(dataset) else dataset_columns(dataset)) or []
     present = set(columns) | ({"labels"} if set(LABEL_ALIASES) & set(columns) else set())
     missing = [n for n in trainer.label_names if n not in present]
     if missing and trainer.compute_loss_func is None:

@@ -17,10 +17,14 @@ import torch
 
 from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.ray_batches import RayEvalLoader, interleave
+from ..data.streaming import StreamEvalLoader
 from ..state import EvalPrediction, PredictionOutput
 from .batch_metrics import BatchMetrics
 from .host_arrays import concat_padded, detached, to_numpy
 from .watchdog import current as current_watchdog
+
+# Loaders whose rank r holds batches r, r + world, ... of the whole stream (ray_batches.interleave restores the order).
+INTERLEAVED = (RayEvalLoader, StreamEvalLoader)
 
 
 def _batch_size(batch: dict) -> int:
@@ -80,9 +84,9 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     buffer = PredictionBuffer(args.eval_accumulation_steps) if buffer is None else buffer
     # batch_eval_metrics: metrics step by step, predictions not kept (but for predict(), as transformers).
     batched = BatchMetrics(trainer) if args.batch_eval_metrics and trainer.compute_metrics is not None else None
-    # Every rank reads the whole stream of a Ray Dataset, so it knows after the pass how many it is short of;
-    # otherwise the count is a collective, agreed before any forward pass.
-    interleaved = isinstance(dataloader, RayEvalLoader)
+    # Every rank reads the whole stream of a Ray Dataset or an iterable dataset, so it knows after the pass how
+    # many it is short of; otherwise the count is a collective, agreed before any forward pass.
+    interleaved = isinstance(dataloader, INTERLEAVED)
     missing = 0 if interleaved else _passes_behind(trainer, dataloader)
     batch = None
     watch = current_watchdog()  # a mark per batch: a long evaluation is progress, not a stall
@@ -180,7 +184,7 @@ def _sharded(trainer) -> bool:
 def _filler_passes(trainer, model, dataloader, last_batch, count: int, prediction_loss_only, ignore_keys):
     """Forward passes whose results are discarded: a batch of this rank's again (or the first sample)."""
     filler = last_batch
-    if filler is None and isinstance(dataloader, RayEvalLoader):
+    if filler is None and isinstance(dataloader, INTERLEAVED):
         filler = dataloader.filler_batch()
     if filler is None:
         subset = dataloader.dataset

@@ -32,10 +32,12 @@ from ..data.loader_options import loader_options, main_input_name
 from ..data.ray_batches import RayEvalLoader, RayTrainData
 from ..data.ray_data import RayDataRef
 from ..data.sampler import DistributedBatchSampler, eval_shard, order_options
+from ..data.streaming import StreamEvalLoader, StreamTrainData, is_stream
 from ..data.user_sampler import SamplerShards, evaluation_shard
 from ..optimizers import create_optimizer, create_scheduler, fused_backward, is_fused_backward
 from .losses import label_smoothed_loss
 from .run_link import MicroStep, TrainingRun
+from .watchdog import current as current_watchdog
 
 
 class WorkerHooks:
@@ -128,6 +130,12 @@ class WorkerHooks:
             if is_training:
                 return RayTrainData(dataset, batch_size, collate, ctx, drop_last=args.dataloader_drop_last)
             return RayEvalLoader(dataset, batch_size, collate, ctx.rank, ctx.world_size)  # every world-size-th batch
+        if is_stream(dataset):  # an iterable dataset: every rank reads the stream and keeps its share (streaming.py)
+            if is_training:
+                return StreamTrainData(dataset, batch_size, collate, ctx.rank, ctx.world_size,
+                                       drop_last=args.dataloader_drop_last, progress=current_watchdog().phase,
+                                       epoch_micro_batches=max(args.max_steps, 0) * args.gradient_accumulation_steps)
+            return StreamEvalLoader(dataset, batch_size, collate, ctx.rank, ctx.world_size)
         options = loader_options(args, ctx.device)
         sampler = sampler_fn(dataset) if sampler_fn is not None else None
         if isinstance(sampler, DistributedBatchSampler):  # ours: already this rank's batches

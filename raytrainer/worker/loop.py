@@ -24,6 +24,7 @@ control flags combined over ranks in `worker/loop_events.py`), so every rank tak
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -287,12 +288,21 @@ class TrainLoop:
         self.nonfinite.report()  # a NaN/Inf loss this epoch is named (warn: not checked per step)
         # The epoch's data ran out (also when that was the last step), or a callback ended the epoch.
         exhausted = self.data.exhausted(state.samples_seen_in_epoch) or control.should_epoch_stop
+        # A stream (max_steps, unknown length) that gave no row from a pass's start gives none in the next one
+        # either (empty, or a one-shot iterator): stop, as transformers does, rather than loop over empty passes.
+        empty_pass = exhausted and micro_done == 0 and offset == 0 and not control.should_epoch_stop
         if exhausted:
             state.epoch_index += 1
             state.samples_seen_in_epoch = 0
         control = self.events.fire("epoch_end")
         if exhausted:
             control = self._at_epoch_end(state, control)
+        if empty_pass and not control.should_training_stop:
+            logging.getLogger("raytrainer").warning(
+                "The training data gave no row in epoch %d: stopping at step %d of max_steps=%d. An iterable "
+                "dataset must give its rows again each time it is iterated (__iter__ returning a new iterator).",
+                epoch, state.global_step, state.max_steps)
+            control.should_training_stop = True
         return control
 
     def _agree(self, group: Optional[list]) -> tuple:

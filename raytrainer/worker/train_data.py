@@ -14,6 +14,7 @@ calls stay matched across ranks and changes nothing (see data/sampler.py).
 - `LoaderData`: a user's own dataloader (an overridden `get_train_dataloader`); the position is a count of
   this rank's micro-batches.
 - `data/ray_batches.RayTrainData`: a `ray.data.Dataset`.
+- `data/streaming.StreamTrainData`: an iterable dataset (a stream); the position is a global sample offset too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from ..data.ray_batches import RayTrainData
 from ..data.sampler import DistributedBatchSampler
+from ..data.streaming import StreamTrainData
 
 
 class SamplerData:
@@ -88,7 +90,7 @@ def _iterate(dataloader) -> Iterator[dict]:
 
 def train_data(dataloader):
     """The interface above for what `get_train_dataloader()` returned."""
-    if isinstance(dataloader, RayTrainData):
+    if isinstance(dataloader, (RayTrainData, StreamTrainData)):
         return dataloader
     if isinstance(getattr(dataloader, "batch_sampler", None), DistributedBatchSampler):
         return SamplerData(dataloader)
