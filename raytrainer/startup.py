@@ -37,7 +37,7 @@ the workers import it.
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 # The event rank 0 sends once its set-up is done: {"phases": {name: seconds}}; its time is rank 0's clock.
 EVENT = "startup"
@@ -71,11 +71,34 @@ class Timeline:
         return time.perf_counter() - self.started
 
 
+# What the driver is waiting for once each of its phases is marked done: the start-up line's words
+# (startup_line.py), so a user who waits 20-50 s for a new group knows for what.
+DOING_AFTER = {"preflight": "packing the trainer", "pack": "taking a worker group",
+               "group": "putting the weights in Ray's object store", "object store": "posting the job",
+               "sink start": "starting the workers (placement, processes, imports, process group)"}
+DOING_AFTER_REUSED = {"sink start": "the workers are setting up (model, data, optimizer, checkpoint)"}
+
+
+class _DriverTimeline(Timeline):
+    def __init__(self, startup: "Startup"):
+        super().__init__()
+        self._startup = startup
+
+    def mark(self, name: str) -> float:
+        reused = self._startup.group == "reused"
+        self._startup.doing = (reused and DOING_AFTER_REUSED.get(name)) or DOING_AFTER.get(name, self._startup.doing)
+        return super().mark(name)
+
+
 class Startup:
-    """A train() call's timeline on the driver, completed by rank 0's phases and its first step."""
+    """A train() call's timeline on the driver, completed by rank 0's phases and its first step. `doing`: what
+    the driver waits for now, in words; `on_started`: called once, by the driver's event pump, when the run's
+    first event reaches the callbacks (the progress bar's turn: the start-up line goes)."""
 
     def __init__(self):
-        self.driver = Timeline()
+        self.doing = "checking the arguments and data"
+        self.on_started: Optional[Callable[[], None]] = None
+        self.driver = _DriverTimeline(self)
         self.loss_check_s: Optional[float] = None
         self.group = "in process"
         self.worker: Optional[Dict[str, float]] = None
@@ -88,6 +111,9 @@ class Startup:
         """Read a callback event (`protocol.Event.as_callback_event()`); True when it was rank 0's startup
         event (not for the callbacks). The first step_end completes the timeline."""
         kind = event.get("kind")
+        if kind != EVENT and self.on_started is not None:
+            self.on_started()
+            self.on_started = None
         if kind == EVENT:
             if self.worker is None:  # a restarted group sends its own: the first one is the call's start-up
                 self.worker = dict(event.get("phases", {}))

@@ -38,6 +38,7 @@ from .hub.model_card import ModelCardMixin
 from .metrics_files import MetricsFilesMixin
 from .protocol import EvaluateOrder, LogLevels, PredictOrder, TrainOrder, TrainResult, WorkOrder
 from .startup import Startup
+from .startup_line import StartupLine
 from .state import PredictionOutput, TrainerState, TrainOutput
 from .storage.upload import upload_dir
 from .verbosity import quiet_driver, worker_level
@@ -122,6 +123,11 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
             raise ConfigError(f"train() got unexpected arguments {sorted(kwargs)}.")
         args = self.args
         startup = Startup()  # train()'s start-up timeline: logged at the first step, kept in the state (startup.py)
+        with StartupLine(startup, enabled=not args.disable_tqdm):  # what start-up waits for, until the first event
+            return self._train(startup, resume_from_checkpoint)
+
+    def _train(self, startup: Startup, resume_from_checkpoint: Union[str, bool, None]) -> TrainOutput:
+        args = self.args
         preflight.inputs.check_train_inputs(self)
         hub.check_reachable(self)  # push_to_hub: the repository exists and we may write it, before any worker
         if self._reads_ray_data():  # the loss check below reads two rows of it (other inputs need no Ray yet)
