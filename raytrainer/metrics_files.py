@@ -5,10 +5,30 @@ work with an S3 `output_dir` too.
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from .checkpoint.listing import TRAINER_STATE_NAME
 from .storage import exists, join, read_text, write_text
+
+
+def metrics_format(metrics: dict) -> dict:
+    """The values as transformers' `metrics_format` shows them: runtimes as h:mm:ss.cc, memory in MB, FLOPs in
+    GF, other floats to 4 decimals (a script's printed block reads the same under either Trainer)."""
+    shown = {}
+    for key, value in metrics.items():
+        if "_mem_" in key and isinstance(value, int):
+            shown[key] = f"{value >> 20}MB"
+        elif "_runtime" in key and isinstance(value, (int, float)):
+            centis = int(abs(value - int(value)) * 100)
+            shown[key] = f"{datetime.timedelta(seconds=int(value))}.{centis:02d}"
+        elif key == "total_flos" and isinstance(value, (int, float)):
+            shown[key] = f"{int(value) >> 30}GF"
+        elif isinstance(value, float):
+            shown[key] = round(value, 4)
+        else:
+            shown[key] = value
+    return shown
 
 
 class MetricsFilesMixin:
@@ -26,10 +46,11 @@ class MetricsFilesMixin:
         if not self.is_world_process_zero():
             return
         print(f"***** {split} metrics *****")
-        width = max((len(key) for key in metrics), default=0)
-        for key in sorted(metrics):
-            value = metrics[key]
-            print(f"  {key:<{width}} = {value:.4g}" if isinstance(value, float) else f"  {key:<{width}} = {value}")
+        shown = metrics_format(metrics)
+        key_width = max((len(key) for key in shown), default=0)
+        value_width = max((len(str(value)) for value in shown.values()), default=0)
+        for key in sorted(shown):
+            print(f"  {key:<{key_width}} = {shown[key]:>{value_width}}")
 
     def save_metrics(self, split: str, metrics: dict, combined: bool = True):
         """Write `{split}_results.json` under output_dir, and merge it into `all_results.json`."""

@@ -272,6 +272,10 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
 
     def _receive_trained_weights(self, result: TrainResult) -> TrainResult:
         self._load_trained_weights(result.model_state)
+        model = self._driver_model()
+        if self.args.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable") and getattr(
+                model, "supports_gradient_checkpointing", True):  # as transformers' train() leaves the model
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs)
         return dataclasses.replace(result, model_state=None)  # the weights are the model's now
 
     def _load_trained_weights(self, model_state):

@@ -112,9 +112,12 @@ class WorkerHooks:
         ctx, args = self.ctx, self.args
         order = order_options(args, dataset, main_input_name(self.model, self.processing_class),
                               ctx.world_size)  # train_sampling_strategy: random, sequential, group_by_length
+        # Without data_seed the order's seed is torch's initial seed when the sampler is made, as accelerate's
+        # SeedableRandomSampler under transformers' Trainer: args.seed, unless a model_init reseeded (then its seed).
+        seed = args.data_seed if args.data_seed is not None else torch.initial_seed()
         return DistributedBatchSampler(len(dataset), self._train_batch_size, rank=ctx.rank,
-                                       world_size=ctx.world_size, seed=args.train_data_seed,
-                                       drop_last=args.dataloader_drop_last, **order)
+                                       world_size=ctx.world_size, seed=seed, drop_last=args.dataloader_drop_last,
+                                       **order)
 
     def _get_eval_sampler(self, eval_dataset):
         """None: each rank takes a contiguous slice, so gathering in rank order gives the dataset's order. An
@@ -159,6 +162,8 @@ class WorkerHooks:
         if self.training_run is not None:
             self.training_run.record_log(logs)
         else:
+            if self.state.global_step > 0 or self.state.epoch:  # trained: as transformers, into the caller's dict
+                logs["epoch"] = self.state.epoch  # (so evaluate() returns it too)
             self.callback_handler.handle({"kind": "log", "logs": {**logs, "step": self.state.global_step}})
 
     # ------------------------------------------------------------------ optimisation

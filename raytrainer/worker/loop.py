@@ -451,7 +451,7 @@ class TrainLoop:
         state.total_flos += out.get("flos", 0.0)
         if "logs" not in out:
             return self.events.control
-        logs = {**out["logs"], "epoch": round(state.epoch, 4)}
+        logs = {**out["logs"], "epoch": state.epoch}
         return self._record(state, logs, rank_stats=out["rank_stats"])
 
     def _record(self, state: TrainerState, logs: dict, **extra) -> TrainerControl:
@@ -462,6 +462,7 @@ class TrainLoop:
 
     def record_log(self, logs: dict):
         """HF's `log` inside the run: rank 0 keeps the history, every rank fires on_log (decisions agree)."""
+        logs["epoch"] = self.trainer.state.epoch  # as transformers' log, into the caller's dict (evaluation's too)
         if self.args.include_num_input_tokens_seen != "no":  # transformers' log adds it to every record
             logs = {**logs, "num_input_tokens_seen": self.trainer.state.num_input_tokens_seen}
         logs = {**logs, "step": self.trainer.state.global_step}
@@ -481,7 +482,7 @@ class TrainLoop:
             # Through the trainer's `evaluate`, as HF: a subclass's override runs for these evaluations too.
             metrics.update(trainer.evaluate(dataset, metric_key_prefix=prefix))
         self._optimizer_mode("train")
-        metrics.update(epoch=round(state.epoch, 4))
+        metrics.update(epoch=state.epoch)
         self._update_best(state, metrics)
         self._record(state, metrics)  # as in HF, evaluation metrics are logged, then on_evaluate
         return self.events.fire("evaluate", metrics={**metrics, "step": state.global_step})
@@ -521,7 +522,7 @@ class TrainLoop:
             "train_runtime": round(runtime, 4),
             "train_samples_per_second": round(total["samples"] / max(runtime, 1e-9), 3),
             "train_steps_per_second": round(steps_run / max(runtime, 1e-9), 3),
-            "total_flos": state.total_flos, "train_loss": train_loss, "epoch": round(state.epoch, 4),
+            "total_flos": state.total_flos, "train_loss": train_loss, "epoch": state.epoch,
         }
         self._record(state, metrics)
         self.events.fire("train_end")

@@ -19,6 +19,7 @@ calls stay matched across ranks and changes nothing (see data/sampler.py).
 
 from __future__ import annotations
 
+import math
 from itertools import islice
 from typing import Iterator, Tuple
 
@@ -39,14 +40,17 @@ class SamplerData:
 
     def batches(self, epoch: int, offset: int) -> Iterator[Tuple[dict, bool]]:
         self.sampler.set_epoch(epoch, offset)
-        for i, batch in enumerate(_iterate(self.dataloader)):
+        for i, batch in enumerate(_iterate(self.dataloader, mid_epoch=offset > 0)):
             yield batch, self.sampler.is_padding(i)
 
     def offset_after(self, offset: int, micro_done: int) -> int:
         return self.sampler.offset_after(micro_done)  # the sampler counts from the epoch's start offset
 
     def fraction(self, offset: int) -> float:
-        return offset / max(self.sampler.end_offset(), 1)
+        # In micro-batches, as transformers counts an epoch (steps / len(dataloader)): 1 of 34 after the first
+        # batch of 8 from 270 rows, not 8/270 (its epoch in the logs differed in the 4th digit).
+        batches = math.ceil(offset / self.sampler.global_micro_batch)
+        return batches / max(self.sampler.micro_batches_per_epoch(), 1)
 
     def exhausted(self, offset: int) -> bool:
         return offset >= self.sampler.end_offset()
@@ -62,8 +66,8 @@ class LoaderData:
 
     def batches(self, epoch: int, offset: int) -> Iterator[Tuple[dict, bool]]:
         # Resume: skip the micro-batches seen, without the skipped collations drawing random numbers.
+        batches = _iterate(self.dataloader, mid_epoch=offset > 0)
         with torch.random.fork_rng(devices=[]):
-            batches = _iterate(self.dataloader)
             for _ in islice(batches, offset):
                 pass
         for batch in batches:
@@ -79,11 +83,15 @@ class LoaderData:
         return offset >= self.length
 
 
-def _iterate(dataloader) -> Iterator[dict]:
-    """The dataloader's iterator, made without touching torch's global random stream. A DataLoader draws its
-    workers' base seed from that stream when an iterator is made: at the start of an epoch in a run, but
-    after the checkpoint's streams were restored in a resumed one, which shifted every dropout mask after a
-    resume (principle 3: the streams a step uses must continue where the checkpoint left them)."""
+def _iterate(dataloader, mid_epoch: bool) -> Iterator[dict]:
+    """The dataloader's iterator. A DataLoader draws its workers' base seed from torch's global random stream
+    when an iterator is made, at the start of each epoch, as in transformers' loop: that draw is kept, so
+    dropout masks after it are transformers' own in one process. An iterator made in the middle of an epoch
+    (a resume) is made without touching the stream: the uninterrupted run drew at the epoch's start, before
+    the checkpoint's streams were saved, and a second draw shifted every dropout mask after a resume
+    (principle 3: the streams a step uses continue where the checkpoint left them)."""
+    if not mid_epoch:
+        return iter(dataloader)
     with torch.random.fork_rng(devices=[]):
         return iter(dataloader)
 

@@ -1,0 +1,96 @@
+"""In this process (num_workers=0), what a transformers user compares first: the same script under
+transformers' Trainer and ours logs the same values and ends with the same weights and buffers, with the models'
+default dropout on (the random stream drawn alike: the DataLoader's per-epoch draw, no draw by the 2-sample
+check), a BatchNorm model's running statistics, an epoch that ends in a short batch (`epoch` counted in batches),
+a model_init that reseeds (the data order follows its seed), and the printed `log_metrics` block. No Ray."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from raytrainer import Trainer, TrainingArguments
+from raytrainer.data.collator import DefaultCollator
+from tests.hf_models import tiny_model, tiny_rows
+from tests.models import weights
+from tests.preflight.test_loss import WithBatchNorm
+
+transformers = pytest.importorskip("transformers")
+
+LOGGED = ("loss", "grad_norm", "learning_rate", "epoch")
+ROWS = 27  # 4 batches of 8, the last of 3: 5 steps cross an epoch boundary
+
+
+def run(trainer_class, args_class, tmp_path, make_model, model_init=False, family="bert_classifier",
+        **extra) -> dict:
+    common = dict(output_dir=str(tmp_path / trainer_class.__module__.split(".")[0]), per_device_train_batch_size=8,
+                  max_steps=5, learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to="none",
+                  disable_tqdm=True, seed=0, **extra)
+    if args_class is TrainingArguments:
+        args = args_class(num_workers=0, **common)
+    else:
+        args = args_class(use_cpu=True, **common)
+    rows = tiny_rows(family, n=ROWS)
+    model_args = {"model_init": make_model} if model_init else {"model": make_model()}
+    trainer = trainer_class(args=args, train_dataset=rows, data_collator=DefaultCollator(), **model_args)
+    trainer.train()
+    evaluation = trainer.evaluate(rows)
+    return {"logs": [{k: h[k] for k in LOGGED if k in h} for h in trainer.state.log_history if "loss" in h],
+            "weights": weights(trainer.model), "evaluation": evaluation, "trainer": trainer}
+
+
+def both(tmp_path, make_model, **kwargs):
+    ours = run(Trainer, TrainingArguments, tmp_path, make_model, **kwargs)
+    theirs = run(transformers.Trainer, transformers.TrainingArguments, tmp_path, make_model, **kwargs)
+    return ours, theirs
+
+
+def assert_same(ours: dict, theirs: dict, eval_loss: bool = True):
+    assert len(ours["logs"]) == len(theirs["logs"]) == 5
+    for mine, reference in zip(ours["logs"], theirs["logs"]):
+        assert mine.keys() == reference.keys()
+        for key in reference:
+            assert math.isclose(mine[key], reference[key], rel_tol=1e-6, abs_tol=1e-9), (key, mine, reference)
+    assert ours["weights"].keys() == theirs["weights"].keys()
+    for name, tensor in theirs["weights"].items():
+        assert torch.allclose(ours["weights"][name].float(), tensor.float(), rtol=1e-6, atol=1e-7), name
+    # evaluate() returns (and logs) the epoch, as transformers' log() adds it to the caller's dict
+    assert ours["evaluation"]["epoch"] == theirs["evaluation"]["epoch"] == 1.25  # 4 batches an epoch, 5 steps
+    if eval_loss:  # (token losses: ours is the mean over the set's label items, theirs per batch: docs/numbers.md)
+        assert ours["evaluation"]["eval_loss"] == pytest.approx(theirs["evaluation"]["eval_loss"], rel=1e-6)
+
+
+def test_bert_with_its_default_dropout_equals_transformers(tmp_path):
+    assert_same(*both(tmp_path, lambda: tiny_model("bert_classifier", dropout=0.1)))
+
+
+def test_batchnorm_running_statistics_equal_transformers(tmp_path):
+    ours, theirs = both(tmp_path, lambda: (torch.manual_seed(0), WithBatchNorm())[1], family="llama")
+    assert_same(ours, theirs, eval_loss=False)
+    assert int(ours["weights"]["norm.num_batches_tracked"]) == 5  # one per step: the check added none
+
+
+def test_a_model_init_that_reseeds_sets_the_data_order_as_in_transformers(tmp_path):
+    def reseeding():
+        torch.manual_seed(7)  # transformers' sampler is seeded after model_init: its seed is this one
+        return tiny_model("bert_classifier", seed=7)
+
+    assert_same(*both(tmp_path, reseeding, model_init=True))
+
+
+def test_gradient_checkpointing_stays_on_the_trained_model_and_log_metrics_prints_alike(tmp_path, capsys):
+    ours = run(Trainer, TrainingArguments, tmp_path, lambda: tiny_model("bert_classifier"),
+               gradient_checkpointing=True)
+    assert ours["trainer"].model.is_gradient_checkpointing  # as transformers' train() leaves it
+    metrics = {"train_runtime": 16.19, "total_flos": 1.288e9, "train_loss": 1.0987654321, "epoch": 1.25,
+               "train_samples_per_second": 123.456789, "train_steps_per_second": 7}
+    capsys.readouterr()
+    ours["trainer"].log_metrics("train", metrics)
+    printed = capsys.readouterr().out
+    from transformers.trainer_pt_utils import log_metrics
+
+    log_metrics(ours["trainer"], "train", metrics)  # transformers' own function, on our trainer
+    assert printed == capsys.readouterr().out
+    assert "train_runtime            = 0:00:16.19" in printed and "total_flos               =        1GF" in printed
