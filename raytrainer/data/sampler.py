@@ -14,7 +14,7 @@ and the loop scales its loss by zero, so it changes nothing.
 from __future__ import annotations
 
 import math
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -75,6 +75,22 @@ def order_options(args, dataset, main_input: str, world_size: int) -> dict:
     return {"shuffle": True}
 
 
+def epoch_end(num_samples: int, global_micro_batch: int, drop_last: bool) -> int:
+    """Where an epoch of `num_samples` ends: all of it, or the last full global micro-batch with drop_last."""
+    return num_samples // global_micro_batch * global_micro_batch if drop_last else num_samples
+
+
+def rank_share(rows: int, batch_size: int, rank: int, world_size: int) -> Tuple[int, int]:
+    """[start, stop) of rank's rows in a global micro-batch of `rows` rows: its contiguous slice of a full one;
+    of the short last one, the slice of an even split in rank order (np.array_split's), which may be empty.
+    The one rule of map-style data and of streams (data/streaming.py)."""
+    if rows >= batch_size * world_size:
+        return rank * batch_size, (rank + 1) * batch_size
+    base, extra = divmod(rows, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
 class DistributedBatchSampler:
     """Yields this rank's micro-batches (lists of dataset indices) for one epoch, from a start offset."""
 
@@ -102,10 +118,7 @@ class DistributedBatchSampler:
         self.start_offset = start_offset
 
     def end_offset(self) -> int:
-        """Where the epoch ends: the dataset size, or the last full micro-batch with drop_last."""
-        if not self.drop_last:
-            return self.num_samples
-        return (self.num_samples // self.global_micro_batch) * self.global_micro_batch
+        return epoch_end(self.num_samples, self.global_micro_batch, self.drop_last)
 
     def offset_after(self, micro_steps: int) -> int:
         """The global sample offset after `micro_steps` micro-batches from the start offset."""
@@ -131,12 +144,8 @@ class DistributedBatchSampler:
             start = self.offset_after(micro_step)
             stop = min(start + self.global_micro_batch, end)
             chunk = order[start:stop]
-            if len(chunk) == self.global_micro_batch:
-                mine = chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
-            else:  # the short last micro-batch: split as evenly as possible, in rank order
-                mine = np.array_split(chunk, self.world_size)[self.rank]
-                if len(mine) == 0:
-                    mine = chunk[:1]  # padding: see is_padding()
+            first, last = rank_share(len(chunk), self.batch_size, self.rank, self.world_size)
+            mine = chunk[first:last] if last > first else chunk[:1]  # padding: see is_padding()
             yield mine.tolist()
 
 

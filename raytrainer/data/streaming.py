@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import torch
 
 from .ray_batches import InterleavedEval
+from .sampler import epoch_end, rank_share
 
 SKIP_MARK = 10_000  # rows between two progress marks while a resume skips rows
 
@@ -65,17 +66,6 @@ def first_rows(dataset: Any, count: int) -> List[Any]:
         return list(islice(iter(dataset), count))
 
 
-def share(rows: int, batch_size: int, rank: int, world_size: int) -> Tuple[int, int]:
-    """[start, stop) of rank's rows in a global micro-batch of `rows` rows: its contiguous slice of a full one;
-    of a short one, the slice of an even split in rank order (np.array_split's, as data/sampler.py), which may
-    be empty."""
-    if rows >= batch_size * world_size:
-        return rank * batch_size, (rank + 1) * batch_size
-    base, extra = divmod(rows, world_size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
-
-
 class StreamTrainData:
     """This rank's micro-batches of a stream, with the interface of `worker/train_data.py`."""
 
@@ -97,11 +87,7 @@ class StreamTrainData:
         return self.batch_size * self.world_size
 
     def end_offset(self) -> Optional[int]:
-        if self.length is None:
-            return None
-        if self.drop_last:
-            return self.length // self.global_micro_batch * self.global_micro_batch
-        return self.length
+        return None if self.length is None else epoch_end(self.length, self.global_micro_batch, self.drop_last)
 
     # ---- the loop's interface
     def micro_batches_per_epoch(self) -> Optional[int]:
@@ -142,7 +128,7 @@ class StreamTrainData:
                 self.end = position if self.drop_last or not chunk else position + len(chunk)
                 if self.drop_last or not chunk:
                     return
-            start, stop = share(len(chunk), self.batch_size, self.rank, self.world_size)
+            start, stop = rank_share(len(chunk), self.batch_size, self.rank, self.world_size)
             mine = chunk[start:stop]
             position += len(chunk)
             yield (self.collate(mine), False) if mine else (self.collate(chunk[:1]), True)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from raytrainer import ConfigError, Trainer, TrainingArguments
-from raytrainer.data.streaming import StreamEvalLoader, StreamTrainData, is_stream, share
+from raytrainer.data.sampler import rank_share
+from raytrainer.data.streaming import StreamEvalLoader, StreamTrainData, is_stream
 from tests.models import TokenData, make_model
 
 datasets = pytest.importorskip("datasets")
@@ -39,10 +40,10 @@ def trained(steps) -> list:
     return [i for step in steps for rows, filler in step if not filler for i in rows]
 
 
-def test_share_is_the_samplers_rule():
-    assert [share(8, 4, r, 2) for r in range(2)] == [(0, 4), (4, 8)]  # a full micro-batch: contiguous slices
-    assert [share(5, 2, r, 3) for r in range(3)] == [(0, 2), (2, 4), (4, 5)]  # short: np.array_split's
-    assert [share(1, 2, r, 3) for r in range(3)] == [(0, 1), (1, 1), (1, 1)]  # ranks 1, 2 get nothing
+def test_rank_share_is_the_samplers_rule():
+    assert [rank_share(8, 4, r, 2) for r in range(2)] == [(0, 4), (4, 8)]  # a full micro-batch: contiguous slices
+    assert [rank_share(5, 2, r, 3) for r in range(3)] == [(0, 2), (2, 4), (4, 5)]  # short: np.array_split's
+    assert [rank_share(1, 2, r, 3) for r in range(3)] == [(0, 1), (1, 1), (1, 1)]  # ranks 1, 2 get nothing
 
 
 @pytest.mark.parametrize("batch,world", [(6, 1), (3, 2), (2, 3)])
