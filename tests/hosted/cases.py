@@ -333,25 +333,16 @@ def case_sft_packing(opts, case):
     return _sft(opts, case, packing=True, packing_strategy="bfd")
 
 
+# The Trainer docs' GaLore example; rank/update_proj_gap sized to the tiny model.
+GALORE = dict(optim_target_modules=[r".*.attn.*", r".*.mlp.*"], optim_args="rank=8, update_proj_gap=2, scale=0.25")
+
+
 def case_galore(opts, case):
-    # The Trainer docs' GaLore example; rank/update_proj_gap sized to the tiny model.
-    return _sft(
-        opts,
-        case,
-        optim="galore_adamw",
-        optim_target_modules=[r".*.attn.*", r".*.mlp.*"],
-        optim_args="rank=8, update_proj_gap=2, scale=0.25",
-    )
+    return _sft(opts, case, optim="galore_adamw", **GALORE)
 
 
 def case_galore_layerwise(opts, case):
-    return _sft(
-        opts,
-        case,
-        optim="galore_adamw_layerwise",
-        optim_target_modules=[r".*.attn.*", r".*.mlp.*"],
-        optim_args="rank=8, update_proj_gap=2, scale=0.25",
-    )
+    return _sft(opts, case, optim="galore_adamw_layerwise", **GALORE)
 
 
 def case_lomo(opts, case):
