@@ -130,17 +130,17 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         args = self.args
         preflight.inputs.check_train_inputs(self)
         hub.check_reachable(self)  # push_to_hub: the repository exists and we may write it, before any worker
-        if self._reads_ray_data():  # the loss check below reads two rows of it (other inputs need no Ray yet)
+        ray_datasets = self._ray_datasets()  # their steps' CPUs are checked below
+        if ray_datasets:  # the loss check below reads two rows of it (other inputs need no Ray yet)
             startup.doing = "connecting to Ray"
-            self._connect(*self._datasets())
-            preflight.placement.make_room_for_data(self._datasets())  # for its read: no idle group holds its CPUs
+            self._connect(*ray_datasets)
+            preflight.placement.make_room_for_data(ray_datasets)  # for its read: no idle group holds its CPUs
         startup.doing = "the 2-sample loss check"
         startup.loss_check_s = preflight.loss.check_loss(self, self.train_dataset, "train_dataset")
         startup.doing = "connecting to Ray"
         self._connect()
         startup.doing = "checking placement and storage"
         use_gpu = self._use_gpu()  # the cluster's GPUs (Ray connected), or CUDA here for num_workers=0
-        ray_datasets = [d for d in self._datasets() if ray_data.is_ray_dataset(d)]  # their steps' CPUs are checked
         preflight.placement.check_placement(args, use_gpu, ray_datasets)
         preflight.placement.check_output_dir(args)
         resume_url = self._resolve_resume(resume_from_checkpoint if resume_from_checkpoint is not None
@@ -227,8 +227,8 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         evals = self.eval_dataset.values() if isinstance(self.eval_dataset, dict) else [self.eval_dataset]
         return [self.train_dataset, *evals]
 
-    def _reads_ray_data(self) -> bool:
-        return any(ray_data.is_ray_dataset(d) for d in self._datasets())
+    def _ray_datasets(self) -> list:
+        return [d for d in self._datasets() if ray_data.is_ray_dataset(d)]
 
     def _use_gpu(self) -> bool:
         if self.args.max_workers == 0:

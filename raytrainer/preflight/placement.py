@@ -8,7 +8,6 @@ from typing import Sequence
 from .. import storage
 from ..coordinator import cluster, holders
 from ..errors import StorageError
-from ..transfer import is_ray_dataset
 
 
 def check_placement(args, use_gpu: bool, ray_datasets: Sequence = ()):
@@ -27,11 +26,10 @@ def check_placement(args, use_gpu: bool, ray_datasets: Sequence = ()):
     check_shared_output_dir(args)
 
 
-def make_room_for_data(datasets: Sequence):
+def make_room_for_data(ray_datasets: Sequence):
     """The loss check reads a Ray Dataset's first rows on the driver, through its pipeline's tasks: an idle worker
     group of this process that holds the CPUs they ask (a map-style run's group holds every CPU of a laptop) would
     make that read wait until its idle timeout. Release such groups first, as a new group's start would."""
-    ray_datasets = [dataset for dataset in datasets if is_ray_dataset(dataset)]
     if ray_datasets:
         data_cpus, asks = cluster.data_cpu_asks(ray_datasets)
         holders.check_room({"CPU": data_cpus}, f"reading the first rows of a ray.data.Dataset ({asks})")
