@@ -48,6 +48,13 @@ class WorkerContext:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
+    def start_all_reduce_sum(self, tensor: torch.Tensor):
+        """Start summing `tensor` in place over ranks: a handle whose `wait()` completes it, or None when there is
+        nothing to wait for."""
+        if self.distributed:
+            return dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True)
+        return None
+
     def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.distributed:
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)

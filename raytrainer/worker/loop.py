@@ -5,10 +5,11 @@
     for epoch:
         on_epoch_begin
         for each accumulation group of micro-batches (this rank's shard):
-            the step's one all-reduce (worker/step_sync.py): a preemption or Ctrl-C raised after the previous
-                step (agreed over ranks: every rank saves at that step and stops), whether any rank still has
-                data (Ray Data), num_items_in_batch = label items of the whole global batch (all micro-steps,
-                all ranks), the input tokens
+            a preemption or Ctrl-C agreed in the previous step's exchange: every rank saves there and stops
+            the step's one all-reduce (worker/step_sync.py), started, not waited for: the preemption / Ctrl-C
+                flags raised during the previous step, whether any rank still has data (Ray Data),
+                num_items_in_batch = label items of the whole global batch (all micro-steps, all ranks; the
+                loss's first use of it waits), the input tokens
             on_step_begin
             forward/backward each micro-batch (no gradient all-reduce but on the last), on_substep_end
             clip -> on_pre_optimizer_step -> optimizer step -> on_optimizer_step -> scheduler step
@@ -35,7 +36,6 @@ from typing import Optional
 
 from ..arguments.scaling import accumulation_at
 from ..checkpoint.manager import CheckpointManager
-from ..checkpoint.snapshot import get_rng_state, set_rng_state
 from ..data.columns import count_label_items, loss_shifts_labels
 from ..data.global_batch import global_batch_size
 from ..data.loader_options import main_input_name
@@ -130,8 +130,10 @@ class TrainLoop:
         self._agreeing = isinstance(self.data, RayTrainData) and self.data.agree_on_steps(
             self.sync, args.gradient_accumulation_steps)  # Ray Data of unknown length: has-data counts
         self._items = self.sync.slot() if args.average_tokens_across_devices and ctx.distributed else None
+        self._shift = loss_shifts_labels(trainer.model)  # a causal LM's first label of a row is no target
         self._tokens = self.sync.slot() if args.include_num_input_tokens_seen != "no" else None
         self._step_ended, self._saved_step = False, None  # a step's flags not exchanged yet; the last save's step
+        self._flags_unread = False  # the last exchange's stop flags not read yet
         self.plan = Plan.make(args, self.data.micro_batches_per_epoch())
         marks.mark("data")
         trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
@@ -235,16 +237,14 @@ class TrainLoop:
         control = self.events.fire("epoch_begin")
         while not (control.should_epoch_stop or control.should_training_stop):
             waited = time.perf_counter()
+            # A stop agreed in the last step's exchange saves at that step, before this one takes anything.
+            if self._stop_agreed():
+                control = self._stop_after_step(state, control)
+                break
             self.watch.phase("loading the next batch")
-            # A stop agreed below saves at the step before, with the random streams as they were then (a
-            # collator may draw from them).
-            streams = get_rng_state() if self._step_ended else None
             group = list(islice(batches, accumulation))  # this rank's micro-batches: no collective
             started = time.perf_counter()
-            group, num_items, tokens = self._agree(group)  # the step's one collective
-            if self.stops.reason is not None:
-                control = self._stop_after_step(state, control, streams)
-                break
+            group, num_items = self._agree(group)  # starts the step's one collective
             if not group:
                 break
             self.events.fire("step_begin")
@@ -266,14 +266,15 @@ class TrainLoop:
             skip = self.nonfinite.end_step(state.global_step + 1)
             grad_norm, learning_rate = self.nonfinite.skip(trainer) if skip else self._optimizer_step()
             state.global_step += 1
-            state.num_input_tokens_seen += tokens  # include_num_input_tokens_seen
+            if self._tokens is not None:  # include_num_input_tokens_seen: the step's tokens over all ranks
+                state.num_input_tokens_seen += self._tokens.total
             empty_cache_if_due(args, state.global_step, self.ctx.device)  # torch_empty_cache_steps
             state.samples_seen_in_epoch = self.data.offset_after(offset, micro_done)
             state.epoch = epoch + self.data.fraction(state.samples_seen_in_epoch)
             self.meter.step_done(grad_norm, learning_rate, data_wait=started - waited,
                                  busy=time.perf_counter() - started)
             control = self.events.fire("step_end")
-            self._step_ended = True  # its preemption or Ctrl-C flags go with the next exchange
+            self._step_ended = True  # the preemption or Ctrl-C flags raised since go with the next exchange
             control = self._maybe_log_evaluate_save(state, control)
             self.events.end_step()  # callback_decisions="next_step": ask the driver now, apply at the next step
             if state.global_step >= state.max_steps:
@@ -281,10 +282,8 @@ class TrainLoop:
         deferred = self.events.settle()  # the last step's answer (callback_decisions="next_step")
         if deferred is not None:
             control = self._apply_deferred(state, control, deferred)
-        if self._step_ended:  # the loop ends without another step (max_steps, a callback): read the last one's
-            self._agree(None)
-            if self.stops.reason is not None:
-                control = self._stop_after_step(state, control, None)
+        if self._stop_agreed(last=True):  # the loop ends without another step (max_steps, a callback, the end
+            control = self._stop_after_step(state, control)  # of the data): the flags not agreed on yet
         self.nonfinite.report()  # a NaN/Inf loss this epoch is named (warn: not checked per step)
         # The epoch's data ran out (also when that was the last step), or a callback ended the epoch.
         exhausted = self.data.exhausted(state.samples_seen_in_epoch) or control.should_epoch_stop
@@ -305,19 +304,13 @@ class TrainLoop:
             control.should_training_stop = True
         return control
 
-    def _agree(self, group: Optional[list]) -> tuple:
-        """The step's one collective (worker/step_sync.py), after this rank took its micro-batches and before
-        anything of the step runs; `group=None`: the loop's end, only the flags of its last step. It carries the
-        preemption / Ctrl-C flags raised since the last step (the agreed reason lands in `stops.reason`), how
-        many micro-batches the ranks have (Ray Data of unknown length), the label items and the input tokens.
-        Returns (the step's micro-batches, num_items_in_batch, the step's input tokens over all ranks)."""
-        if self._step_ended:
-            self.stops.stage()
-            self._step_ended = False
-        if group is None:
-            self.sync.exchange()
-            self.stops.agreed()
-            return None, None, 0
+    def _agree(self, group: list) -> tuple:
+        """Start the step's one collective (worker/step_sync.py), after this rank took its micro-batches and
+        before anything of the step runs. It carries the preemption / Ctrl-C flags raised since the last step,
+        how many micro-batches the ranks have (Ray Data of unknown length: waited for here), the label items
+        and the input tokens. Returns (the step's micro-batches, num_items_in_batch): the global item count
+        arrives with the collective, which completes where the loss first uses it."""
+        self._stage_stop_flags()
         counts = self._label_counts(group)
         if self._items is not None:
             self._items.put(sum(c for c, (_, filler) in zip(counts, group) if c is not None and not filler))
@@ -325,14 +318,33 @@ class TrainLoop:
             self._tokens.put(self._input_tokens(group))
         if self._agreeing:
             self.data.stage(group)
-        self.sync.exchange()
-        self.stops.agreed()
+        self.sync.start()
+        self._flags_unread = True
         if self._agreeing:  # completed with fillers to the ranks' agreed number of micro-batches
             taken = len(group)
             group = self.data.agreed(group)
             counts += self._label_counts(group[taken:])
-        tokens = self._tokens.total if self._tokens is not None else 0
-        return group, self._num_items(group, counts), tokens
+        return group, self._num_items(group, counts)
+
+    def _stage_stop_flags(self):
+        if self._step_ended:  # once per step: the flags raised during it
+            self.stops.stage()
+            self._step_ended = False
+
+    def _stop_agreed(self, last: bool = False) -> bool:
+        """Whether the ranks agreed to stop (a preemption or Ctrl-C, `stops.reason`) in the exchange started at
+        the last step's start: flags raised during step s are read at the start of step s + 2, before it takes
+        its micro-batches, so every rank stops after step s + 1 and saves there. `last`: the loop ends, so the
+        flags raised since are exchanged too (waiting for them)."""
+        if self._flags_unread:
+            self._flags_unread = False
+            if self.stops.agreed() is not None:
+                return True
+        if last and self._step_ended:
+            self._stage_stop_flags()
+            self.sync.exchange()
+            return self.stops.agreed() is not None
+        return False
 
     def _input_tokens(self, group) -> int:
         """include_num_input_tokens_seen: this rank's input tokens of the step (filler batches excluded)."""
@@ -343,26 +355,20 @@ class TrainLoop:
         return sum(input_tokens(batch, mode, main_input, pad) for batch, filler in group if not filler)
 
     def _label_counts(self, group) -> list:
-        shift = loss_shifts_labels(self.trainer.model)  # a causal LM's first label of a row is no target
-        return [count_label_items(b, self.trainer.label_names, shift) for b, _ in group]
+        return [count_label_items(b, self.trainer.label_names, self._shift) for b, _ in group]
 
-    def _num_items(self, group, counts) -> Optional[int]:
+    def _num_items(self, group, counts):
         """Label items in the whole global batch: all micro-batches of the group, summed over ranks (in the
-        step's exchange) when average_tokens_across_devices."""
+        step's exchange, a tensor completed at its first use) when average_tokens_across_devices."""
         if any(c is None for c in counts):
             return None
         if self._items is not None:
-            total = self._items.total
-        else:
-            total = sum(c for c, (_, filler) in zip(counts, group) if not filler)
-        return max(total, 1)
+            return self.sync.late(self._items, floor=1)
+        return max(sum(c for c, (_, filler) in zip(counts, group) if not filler), 1)
 
-    def _stop_after_step(self, state: TrainerState, control: TrainerControl, streams) -> TrainerControl:
-        """A preemption or Ctrl-C agreed in the exchange after step s: every rank saves at step s (unless it
-        just did) and stops, as if the flags had been read at the end of step s. `streams`: the random streams
-        before the next step's micro-batches were taken."""
-        if streams is not None:
-            set_rng_state(streams)
+    def _stop_after_step(self, state: TrainerState, control: TrainerControl) -> TrainerControl:
+        """A preemption or Ctrl-C agreed over the ranks: every rank saves at this step (unless it just did) and
+        stops."""
         if self._saved_step != state.global_step:
             self._save(state)
         control.should_training_stop = True

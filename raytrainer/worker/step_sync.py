@@ -1,5 +1,6 @@
-"""The one collective of an optimizer step: every value the ranks must agree on before the step's first
-forward travels in a single all-reduce (SUM) of a few int64s.
+"""The one collective of an optimizer step: every value the ranks must agree on travels in a single
+all-reduce (SUM) of a few int64s, started when the step's micro-batches are taken and waited for only where a
+value is used, so the training step does not stop for it.
 
 Each component registers its slot once, in the same order on every rank, stages its local value before the
 exchange and reads the sum after it:
@@ -12,15 +13,20 @@ exchange and reads the sum after it:
                                                     rank's labels cannot be counted)
     input tokens           worker/loop.py           include_num_input_tokens_seen
 
-The loop calls `exchange()` once per optimizer step, after taking the step's micro-batches and before
-on_step_begin (worker/loop.py). Flags raised at the end of step s are read there, at the start of step s+1,
-before anything of s+1 runs, so every rank acts at step s, as if they had been read at its end. Without a
-process group the exchange is the identity and no collective runs.
+The loop starts the exchange once per optimizer step (`start()`), after taking the step's micro-batches and
+before on_step_begin (worker/loop.py). What waits for it:
+    - the label items: `late()` hands num_items_in_batch out as a 0-d tensor that completes the exchange at
+      its first use, after the forward for most models (the loss divides by it), so the exchange's latency and
+      the ranks' skew hide behind the forward instead of adding a second sync point to the step;
+    - the has-data counts (Ray Data of unknown length): at once, before the step runs;
+    - the input tokens: at the step's end, when the state counts them;
+    - the stop flags: at the next step's start, before its micro-batches are taken (worker/stopping.py).
+Without a process group the exchange is the identity and no collective runs.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, List, Optional
 
 import torch
 
@@ -39,7 +45,8 @@ class Slot:
 
     @property
     def totals(self) -> List[int]:
-        return self.sync._totals[self.start:self.start + self.size]
+        """The sums over ranks of the last exchange (waiting for it if it is still in flight)."""
+        return self.sync.read()[self.start:self.start + self.size]
 
     @property
     def total(self) -> int:
@@ -50,7 +57,9 @@ class StepSync:
     def __init__(self, ctx):
         self.ctx = ctx
         self._local: List[int] = []
-        self._totals: List[int] = []
+        self._buffer: Optional[torch.Tensor] = None  # the exchange's tensor, summed in place
+        self._work = None  # the collective in flight, if any
+        self._totals: Optional[List[int]] = []  # the sums on the host; None until read
         self.exchanges = 0  # how many have run: tests count one per optimizer step
 
     def slot(self, size: int = 1) -> Slot:
@@ -60,15 +69,75 @@ class StepSync:
         self._totals.extend([0] * size)
         return slot
 
-    def exchange(self) -> None:
-        """Collective (every rank, same point of the loop): sum the staged values over ranks, then reset them."""
+    def start(self) -> None:
+        """Collective (every rank, same point of the loop): start summing the staged values over ranks, then
+        reset them. The sums are there once `complete()` (or reading a slot) has run."""
+        self.complete()  # one exchange in flight at a time
         if self.ctx.distributed and self._local:
-            summed = torch.tensor(self._local, dtype=torch.int64, device=self.ctx.device)
-            self._totals = self.ctx.all_reduce_sum(summed).tolist()
+            self._buffer = torch.tensor(self._local, dtype=torch.int64, device=self.ctx.device)
+            self._work = self.ctx.start_all_reduce_sum(self._buffer)
+            self._totals = None
         else:
-            self._totals = list(self._local)
+            self._buffer, self._totals = None, list(self._local)
         self._local = [0] * len(self._local)
         self.exchanges += 1
+
+    def exchange(self) -> None:
+        """`start()` and wait for it: the sums at once."""
+        self.start()
+        self.complete()
+
+    def complete(self) -> None:
+        """Wait for the exchange in flight (on a GPU the device's stream waits: no host sync)."""
+        if self._work is not None:
+            work, self._work = self._work, None
+            work.wait()
+
+    def read(self) -> List[int]:
+        """The last exchange's sums on the host (waiting for it)."""
+        if self._totals is None:
+            self.complete()
+            self._totals = self._buffer.tolist()
+        return self._totals
+
+    def late(self, slot: Slot, floor: int = 0) -> torch.Tensor:
+        """The slot's first sum (at least `floor`) as a 0-d int64 tensor on the device that completes the
+        exchange when it is first used, not before: num_items_in_batch, which the loss reads after the forward."""
+        if self._buffer is None:  # no collective in flight: a plain value
+            return torch.tensor(max(self.read()[slot.start], floor), dtype=torch.int64, device=self.ctx.device)
+        value = self._buffer[slot.start]
+
+        def resolve():
+            self.complete()
+            value.clamp_(min=floor)
+
+        return LateTotal(value, resolve)
+
+
+class LateTotal(torch.Tensor):
+    """A 0-d tensor whose value arrives with a collective still in flight: any use of it (an operation, int(),
+    .item(), a format) first runs `resolve` once, then works on a plain tensor, which is what it returns. So
+    code written for transformers' num_items_in_batch (a tensor) needs no change, and cannot read it early."""
+
+    @staticmethod
+    def __new__(cls, value: torch.Tensor, resolve: Callable[[], None]):
+        tensor = torch.Tensor._make_subclass(cls, value)
+        tensor._resolve = resolve
+        return tensor
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        def plain(value):
+            if isinstance(value, LateTotal):
+                if value._resolve is not None:
+                    value._resolve()
+                    value._resolve = None
+                return value.as_subclass(torch.Tensor)
+            return value
+
+        args, kwargs = torch.utils._pytree.tree_map(plain, (args, kwargs or {}))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
 
 
 def rank_bits(world_size: int) -> int:

@@ -2,9 +2,10 @@
 
 A preemption is a SIGTERM to any worker (what Kubernetes and cloud schedulers send before they reclaim a
 node) or Ray Core draining a worker's node (Ray Train then sets the worker's preemption info). The SIGTERM
-handler only sets a flag; after each step every rank puts its own flags into the step's one all-reduce
-(`worker/step_sync.py`, read at the start of the next step or when the loop ends), so all ranks see the same
-request after the same step (principle 1), save at that step, and:
+handler only sets a flag; after each step every rank puts its own flags into the next step's one all-reduce
+(`worker/step_sync.py`), which runs beside that step and is read at the start of the step after it (or when the
+loop ends). So a request raised during step s is seen by all ranks after step s + 1 (principle 1): each saves
+at that step, and:
 
 - preemption: once the checkpoint is committed, every rank reports itself preempted to Ray Train
   (`preemption_context`, the field Ray's own drain watcher sets) and waits. The controller moves to its
@@ -23,6 +24,7 @@ task on this worker's own actor (its tasks run on the main thread).
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -37,6 +39,9 @@ NOTHING, INTERRUPT, PREEMPT = 0, 1, 2
 # A worker group that reported itself preempted and was not torn down by then has met a Ray Train that does
 # not act on preemption info: fail (a counted failure) rather than wait for ever.
 HAND_OVER_TIMEOUT_S = 120.0
+# How often a rank asks Ray Train for its preemption info and rank 0 asks the driver for a Ctrl-C (a Ray call
+# each), at most: not every step. Our own SIGTERM flag is read every step (it costs nothing).
+POLL_S = 0.2
 
 _sigterm = threading.Event()
 
@@ -87,6 +92,7 @@ class StopSignals:
         self.reason: Optional[str] = None  # "preemption" or "interrupt", once agreed
         self.ranks: List[int] = []  # the ranks that asked
         self._watch = emitter.stop_watch() if ctx.is_main else None
+        self._polled = -math.inf  # when Ray's preemption info and the driver's stop were last asked
         self._words = rank_bits(ctx.world_size)
         self._slot = sync.slot(2 * self._words)  # the preempting ranks' bits, then the interrupting ranks'
         if on_ray:
@@ -94,11 +100,15 @@ class StopSignals:
             install_sigterm_handler()
 
     def stage(self) -> None:
-        """Every rank, after every step: this rank's request, for the next exchange (its own bit)."""
+        """Every rank, after every step: this rank's request, for the next exchange (its own bit). The Ray calls
+        behind it run at most every POLL_S; a request they find is sticky, so no step loses it."""
         local = NOTHING
-        if self.on_ray and (_sigterm.is_set() or _ray_preemption_pending()):
+        poll = time.monotonic() - self._polled >= POLL_S
+        if poll:
+            self._polled = time.monotonic()
+        if self.on_ray and (_sigterm.is_set() or (poll and _ray_preemption_pending())):
             local = PREEMPT
-        elif self._watch is not None and self._watch.requested():
+        elif poll and self._watch is not None and self._watch.requested():
             local = INTERRUPT
         if local == NOTHING:
             return

@@ -32,6 +32,19 @@ class FakeCtx:
             tensor += torch.tensor(other, dtype=tensor.dtype)
         return tensor
 
+    def start_all_reduce_sum(self, tensor):
+        """The sum lands when the handle is waited for, as a collective in flight."""
+        others, self.waits = list(self.others), getattr(self, "waits", 0)
+
+        class Work:
+            def wait(work):
+                self.waits += 1
+                self.others, kept = others, self.others
+                self.all_reduce_sum(tensor)
+                self.others = kept
+
+        return Work()
+
 
 class FakeEmitter:
     def stop_watch(self):
@@ -51,12 +64,35 @@ def test_slots_are_summed_in_one_all_reduce_and_reset():
     assert (a.total, b.totals, ctx.calls) == (0, [0, 0], 2)
 
 
+def test_a_started_exchange_completes_at_the_first_read_or_use_of_a_late_total():
+    """start() sends; nothing waits until a slot is read or the late total (num_items_in_batch) is used, and
+    then once. The late total is floored, behaves as the tensor transformers passes, and returns plain tensors."""
+    ctx = FakeCtx(others=[[0, 5]])
+    sync = StepSync(ctx)
+    flags, items = sync.slot(), sync.slot()
+    items.put(0)
+    sync.start()
+    late = sync.late(items, floor=1)
+    assert ctx.waits == 0
+    loss = torch.tensor(10.0) / late  # the loss's first use: waits for the collective
+    assert ctx.waits == 1 and isinstance(loss, torch.Tensor) and type(loss) is torch.Tensor
+    assert float(loss) == 2.0 and int(late) == 5 and late.item() == 5 and f"{late}" == "5" and ctx.waits == 1
+    assert (flags.total, items.total) == (0, 5) and ctx.waits == 1
+
+    ctx.others = [[3, 0]]
+    sync.start()  # nothing staged here, nothing elsewhere for the items: floored to 1
+    late = sync.late(items, floor=1)
+    assert flags.total == 3 and ctx.waits == 2  # reading a slot completes the exchange
+    assert int(late) == 1 and ctx.waits == 2
+
+
 def test_stop_flags_name_every_asking_rank_and_a_preemption_outranks_an_interrupt(monkeypatch):
     world = 130  # three 62-bit words per kind
     others_preempt = [0] * 6
     for rank in (61, 62, 129):  # ranks on three words
         others_preempt[rank // 62] |= 1 << (rank % 62)
     sync = StepSync(FakeCtx(rank=0, world_size=world, others=[others_preempt]))
+    monkeypatch.setattr(stopping, "POLL_S", 0.0)  # ask the driver at every stage
     signals = stopping.StopSignals(sync.ctx, FakeEmitter(), on_ray=False, sync=sync)
     signals._watch = type("Watch", (), {"requested": lambda self: "interrupt"})()  # Ctrl-C on rank 0
     signals.stage()
@@ -66,6 +102,33 @@ def test_stop_flags_name_every_asking_rank_and_a_preemption_outranks_an_interrup
     signals.stage()
     sync.exchange()
     assert signals.agreed() == "interrupt" and signals.ranks == [0]
+
+
+def test_the_driver_and_ray_are_asked_at_most_every_poll_interval_and_sigterm_at_every_step(monkeypatch):
+    """stage() runs after every step; its Ray calls (the driver's Ctrl-C, Ray Train's preemption info) at most
+    every POLL_S. A SIGTERM, a flag in this process, is read every time."""
+    clock = [100.0]
+    monkeypatch.setattr(stopping.time, "monotonic", lambda: clock[0])
+    asked = []
+    monkeypatch.setattr(stopping, "_ray_preemption_pending", lambda: asked.append("ray") or False)
+    monkeypatch.setattr(stopping, "install_sigterm_handler", lambda: True)
+    sync = StepSync(FakeCtx(world_size=1))
+    signals = stopping.StopSignals(sync.ctx, FakeEmitter(), on_ray=True, sync=sync)
+    signals._watch = type("Watch", (), {"requested": lambda self: asked.append("driver")})()
+    for _ in range(5):  # five steps within one interval
+        signals.stage()
+        clock[0] += stopping.POLL_S / 10
+    assert asked == ["ray", "driver"]
+    clock[0] += stopping.POLL_S
+    signals.stage()
+    assert asked == ["ray", "driver"] * 2
+    stopping._sigterm.set()
+    try:
+        signals.stage()  # within the interval: no Ray call, and the SIGTERM is staged
+        sync.exchange()
+        assert signals.agreed() == "preemption" and asked == ["ray", "driver"] * 2
+    finally:
+        stopping._sigterm.clear()
 
 
 class FakeShard:
@@ -123,6 +186,10 @@ class CountingContext(WorkerContext):
         self.log.append("all_reduce_sum")
         return super().all_reduce_sum(tensor)
 
+    def start_all_reduce_sum(self, tensor):
+        self.log.append("all_reduce_sum")
+        return super().start_all_reduce_sum(tensor)
+
     def all_reduce_max(self, tensor):
         self.log.append("all_reduce_max")
         return super().all_reduce_max(tensor)
@@ -172,3 +239,39 @@ def test_one_collective_per_optimizer_step_with_stop_flags_labels_and_tokens(tmp
     between = [log[a + 1:b] for a, b in zip(marks, marks[1:])]
     assert between == [["all_reduce_sum"]] * 5
     assert log[marks[0] - 1] == "all_reduce_sum"  # the first step's exchange, right before it
+
+
+class StopAfter(TrainerCallback):
+    """Raises the driver's stop request (as Ctrl-C would) during step `step`, on every rank."""
+
+    observes_only = True
+    raised = None
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            StopAfter.raised = True
+
+
+def test_a_stop_raised_during_step_s_is_agreed_in_the_next_exchange_and_saved_after_step_s_plus_1(
+        tmp_path, one_process_group, monkeypatch):
+    """The exchange runs beside the step it starts: a request raised during step 2 travels in step 3's exchange,
+    read before step 4 takes its micro-batches, so the run saves checkpoint-3 and ends there (train() raises
+    KeyboardInterrupt, as after Ctrl-C). On a real one-process gloo group: the exchange is started, not waited."""
+    from raytrainer.callbacks import channel
+    from raytrainer.checkpoint import listing
+
+    StopAfter.raised = None
+    watch = type("Watch", (), {"requested": lambda self: "interrupt" if StopAfter.raised else None})()
+    monkeypatch.setattr(channel.Emitter, "stop_watch", lambda self: watch)
+    monkeypatch.setattr(stopping, "POLL_S", 0.0)
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, per_device_train_batch_size=4, max_steps=8,
+                             learning_rate=1e-2, optim="adamw_torch", logging_strategy="no", save_strategy="no",
+                             disable_tqdm=True, average_tokens_across_devices=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(48), callbacks=[StopAfter(2)])
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    assert [c.step for c in listing.list_checkpoints(str(tmp_path))] == [3]
