@@ -129,10 +129,12 @@ class LogLevels:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkOrder:
     """What a job asks of the workers, pickled with the trainer. Every order carries the driver's callback
-    set-up: the events after which rank 0 waits for the driver's decision (`control_points`), the callbacks
+    set-up: the events after which rank 0 waits for the driver's decision (`control_points`), those a driver
+    callback implements (`heard`: rank 0 leaves out the per-step ones nobody there listens to), the callbacks
     that run on every rank (`rank_callbacks`, pickled here: the trainer travels without its callbacks) and
     the workers' log levels. `job_kind` names the call (the `Job` that carries the order has the same)."""
     control_points: FrozenSet[str] = frozenset()
+    heard: FrozenSet[str] = frozenset()  # the events a driver callback implements (CallbackHandler.heard)
     rank_callbacks: Tuple[Any, ...] = ()
     log_levels: LogLevels = LogLevels()
     job_kind: ClassVar[JobKind]
@@ -185,12 +187,11 @@ class HostedOrder(WorkOrder):
     user wrote it. The order travels beside its target: a `HostedScript` (`raytrainer launch`: every rank runs
     the script) or a `HostedCall` (the Python API: build the trainer, call `method`). `run_id` names the job's
     leases and commits; `resume`: a Trainer whose train() gets no resume_from_checkpoint continues from its
-    output_dir's newest committed checkpoint; `relayed`: the HF events rank 0 reports to the driver;
-    `storage_options`: for a remote output_dir; `callback_decisions`: as TrainingArguments'."""
+    output_dir's newest committed checkpoint; `storage_options`: for a remote output_dir; `callback_decisions`: as
+    TrainingArguments'."""
     run_id: str
     method: Optional[str] = None  # None: a script
     resume: bool = True
-    relayed: FrozenSet[str] = frozenset()
     storage_options: Optional[Dict[str, Any]] = None
     callback_decisions: str = "same_step"
 

@@ -241,10 +241,11 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         return resume.resolve(self.args.output_dir, requested, self.args.storage_options)
 
     def _worker_settings(self) -> dict:
-        """What every work order carries of the driver's set-up, as it is now: the events its callbacks decide on,
-        the callbacks that run on every rank, the workers' log levels (verbosity.py)."""
+        """What every work order carries of the driver's set-up, as it is now: the events its callbacks decide on
+        and those they listen to, the callbacks that run on every rank, the workers' log levels (verbosity.py)."""
         handler = self.callback_handler
-        return {"control_points": handler.control_points(), "rank_callbacks": tuple(handler.rank_callbacks),
+        return {"control_points": handler.control_points(), "heard": handler.heard(),
+                "rank_callbacks": tuple(handler.rank_callbacks),
                 "log_levels": LogLevels(rank0=worker_level(self.args, 0, driver_ran_model=self.model is not None),
                                         replica=worker_level(self.args, 1, driver_ran_model=True))}
 

@@ -57,10 +57,12 @@ class TrainerCallback:
 
 
 def listens_to(callback: Any, event: str) -> bool:
-    """Whether the callback's class implements `on_<event>` itself (not only the do-nothing base method)."""
-    fn = getattr(type(callback), method_name(event), None)
+    """Whether the callback implements `on_<event>` itself, in its class or as an attribute of its own (not only
+    the do-nothing base method)."""
+    fn = getattr(callback, method_name(event), None)
     if fn is None:
         return False
+    fn = getattr(fn, "__func__", fn)
     # Ours or transformers' base class: both define every method as a no-op.
     return getattr(fn, "__qualname__", "").split(".")[0] != "TrainerCallback"
 
@@ -147,6 +149,11 @@ class CallbackHandler:
         if heard & PER_STEP:
             points.add("step_end")
         return frozenset(points)
+
+    def heard(self) -> frozenset:
+        """The events some driver callback implements: rank 0 leaves out the per-step events nobody here
+        listens to (`event_names.UNHEARD_UNLESS_LISTENED`)."""
+        return frozenset(event for c in self.driver_callbacks for event in EVENTS if listens_to(c, event))
 
     def handle(self, event: Dict[str, Any]):
         kind = event["kind"]

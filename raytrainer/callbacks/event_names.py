@@ -42,6 +42,10 @@ EVENTS = (
 # is consulted at every step end.
 PER_STEP = frozenset({"step_begin", "substep_end", "pre_optimizer_step", "optimizer_step", "step_end"})
 
+# The per-step events the driver needs for nothing of its own (its state mirror reads step_end): rank 0 sends
+# them only when a driver callback implements them (`CallbackHandler.heard`), so a step costs one event.
+UNHEARD_UNLESS_LISTENED = frozenset({"step_begin", "substep_end", "pre_optimizer_step", "optimizer_step"})
+
 # Events after which the loop can act on a control decision, and so may consult the driver.
 DECISION_POINTS = frozenset({"train_begin", "epoch_begin", "step_end", "log", "evaluate", "epoch_end"})
 

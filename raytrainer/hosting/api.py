@@ -29,8 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..arguments.training_args import TrainingArguments as RaytrainerArguments
-from ..callbacks.base import CallbackHandler, CallbackMethods, listens_to
-from ..callbacks.event_names import EVENTS
+from ..callbacks.base import CallbackHandler, CallbackMethods
 from ..callbacks.progress import PrinterCallback, ProgressCallback
 from ..callbacks.reporters import reporter_callbacks
 from ..checkpoint.model_io import load_into
@@ -138,7 +137,7 @@ class HostedTrainer(CallbackMethods):
         order = HostedOrder(
             run_id=run_id, method=method, resume=self.resume, storage_options=self.options.storage_options,
             callback_decisions=self.options.callback_decisions, control_points=handler.control_points(),
-            relayed=frozenset(e for e in EVENTS if any(listens_to(c, e) for c in handler.driver_callbacks)),
+            heard=handler.heard(),
             log_levels=LogLevels(rank0=worker_level(self.options, 0, driver_ran_model=True),
                                  replica=worker_level(self.options, 1, driver_ran_model=True)))
         claims = HostedHandler(handler, run_id, self.resume, self.options.storage_options, self.reporters_named)

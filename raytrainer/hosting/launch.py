@@ -40,7 +40,7 @@ def launch(script: str, script_args: Sequence[str] = (), **options: Any) -> Host
     run_id = uuid.uuid4().hex[:12]
     order = HostedOrder(run_id=run_id, method=None, resume=resume, storage_options=args.storage_options,
                         callback_decisions=args.callback_decisions, control_points=handler.control_points(),
-                        log_levels=LogLevels(rank0=worker_level(args, 0, driver_ran_model=True),
+                        heard=handler.heard(), log_levels=LogLevels(rank0=worker_level(args, 0, driver_ran_model=True),
                                              replica=worker_level(args, 1, driver_ran_model=True)))
     claims = HostedHandler(handler, run_id, resume, args.storage_options, reporters_named="report_to" in options)
     # The group stays in the process's pool for the next launch() or hosted() call (released at exit).

@@ -55,7 +55,7 @@ def run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on_
     trainer.ctx = ctx
     place_auxiliary_modules(trainer, ctx.device)
     events = LoopEvents(trainer, ctx, emitter, order.control_points, order.rank_callbacks,
-                        next_step=trainer.args.callback_decisions == "next_step")
+                        next_step=trainer.args.callback_decisions == "next_step", heard=order.heard)
     if isinstance(order, TrainOrder):
         loop = TrainLoop(trainer, ctx, emitter, events, order.run_id, order.resume_from, on_ray=on_ray,
                          startup=startup, taken_at=taken_at)  # its set-up marks the rest; rank 0 reports them

@@ -3,7 +3,8 @@
 `fire(event)` on every rank:
   1. resets the control flags as HF does (each step starts without log/evaluate/save requests);
   2. runs the callbacks declared `on_every_rank` (with model, optimizer, ... as HF passes them);
-  3. rank 0 reports the event to the driver (buffered: observing costs no round trip);
+  3. rank 0 reports the event to the driver (buffered: observing costs no round trip), unless it is a per-step
+     event that no driver callback implements (`event_names.UNHEARD_UNLESS_LISTENED`);
   4. if the event is a control point (a driver callback that can change control listens to it), rank 0
      sends the buffered events and waits for the driver's decision on them;
   5. the flags are combined over ranks (one small all-reduce, only when 2 or 4 happened), so every rank
@@ -25,6 +26,7 @@ from typing import Any, Iterable, List, Optional
 import torch
 
 from ..callbacks.base import CONTROL_FLAGS, call, listens_to, reset_control
+from ..callbacks.event_names import UNHEARD_UNLESS_LISTENED
 from ..state import TrainerControl
 
 # The control points that callback_decisions="next_step" answers one step later.
@@ -33,11 +35,13 @@ DEFERRED = frozenset({"step_end", "log"})
 
 class LoopEvents:
     def __init__(self, trainer, ctx, emitter, control_points: Iterable[str] = (), rank_callbacks=(),
-                 next_step: bool = False):
+                 next_step: bool = False, heard: Iterable[str] = ()):
         self.trainer = trainer
         self.ctx = ctx
         self.emitter = emitter
         self.control_points = frozenset(control_points)
+        # Per-step events no driver callback implements stay here: observing costs nothing unless asked for.
+        self.unsent = UNHEARD_UNLESS_LISTENED - frozenset(heard) - self.control_points
         self.rank_callbacks = list(rank_callbacks)
         self.control = TrainerControl()
         self.train_dataloader = None  # set by the training loop: the callbacks' `train_dataloader` argument
@@ -56,7 +60,7 @@ class LoopEvents:
             call(callback, event, trainer.args, state, control, **self._hf_kwargs(), **payload)
         ask = event in self.control_points
         deferred = ask and self.next_step and event in DEFERRED
-        if self.ctx.is_main:  # an event the driver decides on travels with the request, in one call
+        if self.ctx.is_main and event not in self.unsent:  # one the driver decides on travels with the request
             self.emitter.emit(event, hold=ask, global_step=state.global_step, epoch=state.epoch, **payload)
         # The previous step's answer is applied at this step's on_step_end; a waiting request takes it too.
         fold = self._pending is not None and (event == "step_end" or (ask and not deferred))

@@ -36,9 +36,9 @@ class Relay(TrainerCallback):
     def __init__(self, host, trainer):
         self.host, self.trainer = host, trainer
         order = host.order
-        self.events = LoopEvents(trainer, host.ctx, host.emitter, order.control_points,
+        self.events = LoopEvents(trainer, host.ctx, host.emitter, order.control_points, heard=order.heard,
                                  next_step=order.callback_decisions == "next_step")
-        self.relayed = ALWAYS_RELAYED | order.relayed
+        self.relayed = ALWAYS_RELAYED | order.heard
         self.checkpoint = None  # the URL of the last committed checkpoint
 
     def _fire(self, event: str, control, **payload):
