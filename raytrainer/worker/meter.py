@@ -2,7 +2,8 @@
 over ranks), and each rank's own figures (step time, time waiting for data, throughput, memory) so a
 straggler is visible.
 
-The loss stays on the device (no sync per step); the counts come from the CPU batch, so they are plain
+The micro-batches' losses are kept as they are, no device operation and no sync per step, and summed on the
+host every FOLD_MICRO_STEPS micro-batches and at each log; the counts come from the CPU batch, so they are plain
 numbers. Everything is reduced only when logging, in one all-reduce. Throughput is over the wall time since
 the previous log (evaluation and saving in between included, as torchtitan), so
 train_tokens_per_second x train_step_time_s = train_tokens_per_step. The keys: docs/callbacks.md.
@@ -10,6 +11,7 @@ train_tokens_per_second x train_step_time_s = train_tokens_per_step. The keys: d
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import time
@@ -18,6 +20,9 @@ from typing import Optional
 import torch
 
 from .throughput import ModelFlops
+
+# How many micro-batch losses the meter keeps before summing them (one host read per that many).
+FOLD_MICRO_STEPS = 256
 
 # Each rank's own figures since the last log, in the order `_rank_figures` returns them.
 RANK_FIGURES = ("step_time_s", "data_wait_s", "samples_per_second", "tokens_per_second", "memory_mb")
@@ -31,7 +36,8 @@ class Meter:
         self.peak_flops = peak_flops  # this device's peak FLOP/s; None: unknown, no MFU key
         self.estimated_flops = 0.0  # model FLOPs of this rank's batches since the last log (throughput.py)
         self.nan_inf_filter = nan_inf_filter  # logging_nan_inf_filter: see add_micro
-        self.loss = torch.zeros((), dtype=torch.float64, device=device)
+        self.loss = 0.0  # this rank's loss since the last log: the kept losses are summed into it
+        self._kept: list = []  # (a micro-batch's loss tensor, steps done since the last log when it was added)
         self.samples = self.tokens = self.steps = 0
         self.flos = 0.0  # transformers' estimate (Trainer.floating_point_ops), summed over ranks when logging
         self.data_wait = self.busy = 0.0  # this rank's seconds since the last log
@@ -42,9 +48,9 @@ class Meter:
             torch.cuda.reset_peak_memory_stats(device)
 
     def add_micro(self, loss, batch: dict, weight: float, flos: float = 0.0):
-        if self.nan_inf_filter:  # transformers' rule: a NaN/Inf loss counts as the average since the last log
-            loss = torch.where(torch.isfinite(loss), loss, self.loss / (1 + self.steps))  # on the device: no sync
-        self.loss.add_(loss)
+        self._kept.append((loss, self.steps))
+        if len(self._kept) >= FOLD_MICRO_STEPS:
+            self._sum_kept()
         self.flos += flos
         if weight:
             samples, tokens = _batch_counts(batch)
@@ -52,6 +58,18 @@ class Meter:
             self.tokens += tokens
             if self.model_flops is not None:
                 self.estimated_flops += self.model_flops.batch(samples, tokens, _seq_len(batch))
+
+    def _sum_kept(self):
+        """Add the kept losses to `loss` in order, in float64 (one host read). A NaN/Inf loss counts as the
+        average since the last log with logging_nan_inf_filter, transformers' rule."""
+        if not self._kept:
+            return
+        values = host_values([loss for loss, _ in self._kept])
+        for value, (_, steps) in zip(values, self._kept):
+            if self.nan_inf_filter and not math.isfinite(value):
+                value = self.loss / (1 + steps)
+            self.loss += value
+        self._kept = []
 
     def step_done(self, grad_norm, learning_rate: float, data_wait: float, busy: float):
         self.steps += 1
@@ -64,11 +82,11 @@ class Meter:
         One all-reduce carries both the sums and each rank's own figures (a row per rank, zeros elsewhere)."""
         rows = torch.zeros((ctx.world_size, len(RANK_FIGURES)), dtype=torch.float64, device=self.device)
         rows[ctx.rank] = torch.tensor(self._rank_figures(), dtype=torch.float64)
+        self._sum_kept()
         # The peaks ride along: their sum is the group's peak, and `known` says whether every rank knew its own.
-        counts = (self.samples, self.tokens, self.steps, self.flos, self.estimated_flops, self.peak_flops or 0.0,
-                  1.0 if self.peak_flops else 0.0)
-        sums = torch.stack([self.loss, *(torch.tensor(float(v), dtype=torch.float64, device=self.device)
-                                         for v in counts)])
+        counts = (self.loss, self.samples, self.tokens, self.steps, self.flos, self.estimated_flops,
+                  self.peak_flops or 0.0, 1.0 if self.peak_flops else 0.0)
+        sums = torch.tensor([float(v) for v in counts], dtype=torch.float64, device=self.device)
         reduced = ctx.all_reduce_sum(torch.cat([sums, rows.flatten()])).tolist()
         loss_sum, samples, tokens, steps, flos, model_flops, peak, known = reduced[:8]
         figures = reduced[8:]
@@ -76,7 +94,7 @@ class Meter:
                                 for i, name in enumerate(RANK_FIGURES)}} for r in range(ctx.world_size)]
         steps /= ctx.world_size
         self.total = [self.total[0] + loss_sum, self.total[1] + samples, self.total[2] + steps]
-        self.loss.zero_()
+        self.loss = 0.0
         self.samples = self.tokens = self.steps = 0
         self.flos = self.estimated_flops = 0.0
         self.data_wait = self.busy = 0.0
@@ -103,6 +121,11 @@ class Meter:
         last = self.flush(ctx)  # fold in what was not logged yet
         loss_sum, samples, steps = self.total
         return {"loss_sum": loss_sum, "samples": samples, "steps": steps, "flos": last.get("flos", 0.0)}
+
+
+def host_values(losses: list) -> list:
+    """Loss tensors (0-d or one element, any float dtype, on the device) as float64 host numbers: one read."""
+    return torch.cat([loss.reshape(1).to(torch.float64) for loss in losses]).tolist()
 
 
 def _throughput(elapsed: float, steps: float, samples: float, tokens: float, model_flops: float,

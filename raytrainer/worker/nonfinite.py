@@ -1,7 +1,8 @@
 """A NaN or Inf training loss: never trained on and committed silently (`on_nonfinite_loss`).
 
-- "warn" (default; transformers trains on too): no sync per step. The first non-finite step is kept on the
-  device and reported, naming the step, when a checkpoint is saved after it and at the end of each epoch
+- "warn" (default; transformers trains on too): no sync and no device operation per step. The steps' losses are
+  kept as they are and checked together every FOLD_MICRO_STEPS micro-batches and before a report; the first
+  non-finite step is reported, naming it, when a checkpoint is saved after it and at the end of each epoch
   (where the loop syncs anyway).
 - "skip": that optimizer step is skipped (gradients dropped, the schedule moves on, as a skipped AMP step),
   with a warning naming the step. The decision costs one tiny all-reduce per step, so every rank skips the
@@ -18,6 +19,7 @@ import torch
 
 from ..checkpoint.listing import checkpoint_name
 from ..verbosity import notice
+from .meter import host_values
 
 POLICIES = ("warn", "skip", "stop")
 
@@ -26,38 +28,60 @@ class NonFiniteLossError(RuntimeError):
     fatal = True  # a worker-group restart replays the same data to the same step: fail once
 
 
+# How many micro-batch losses "warn" keeps before checking them (one host read per that many).
+FOLD_MICRO_STEPS = 256
+
+
 class NonFiniteGuard:
     def __init__(self, policy: str, ctx):
         if policy not in POLICIES:
             raise ValueError(f"on_nonfinite_loss={policy!r}: choose one of {', '.join(POLICIES)}.")
         self.policy, self.ctx = policy, ctx
-        self._step_loss = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        # -(first non-finite step) since the last report, or -inf: the max over ranks is the earliest step.
-        self._first = torch.full((), -math.inf, dtype=torch.float64, device=ctx.device)
+        self._step_losses: list = []  # this step's micro-batch loss shares (tensors on the device)
+        self._kept: list = []  # "warn": (step, its losses) not checked yet
+        self._kept_micro = 0
+        self._first = -math.inf  # -(first non-finite step) since the last report: the max over ranks is the earliest
 
     def add(self, loss: torch.Tensor) -> None:
-        """A micro-batch's loss share (on the device: no sync)."""
-        self._step_loss.add_(loss.detach().to(torch.float64))
+        """A micro-batch's loss share (kept as it is: no device operation)."""
+        self._step_losses.append(loss.detach())
 
     def end_step(self, step: int) -> bool:
         """After the step's backward passes, before its optimizer step: True to skip that update."""
-        bad = ~torch.isfinite(self._step_loss)
-        self._step_loss.zero_()
-        self._first = torch.where(bad & torch.isinf(self._first), torch.full_like(self._first, -step), self._first)
+        losses, self._step_losses = self._step_losses, []
         if self.policy == "warn":
+            self._kept.append((step, losses))
+            self._kept_micro += len(losses)
+            if self._kept_micro >= FOLD_MICRO_STEPS:
+                self._check_kept()
             return False
-        if not self.ctx.all_reduce_max(bad.to(torch.float32).reshape(1)).item():
+        step_loss = torch.cat([loss.reshape(1).to(torch.float64) for loss in losses]).sum()
+        bad = (~torch.isfinite(step_loss)).to(torch.float32).reshape(1)
+        if not self.ctx.all_reduce_max(bad).item():
             return False
         if self.policy == "stop":
             raise NonFiniteLossError(
                 f"The training loss is NaN/Inf at step {step} (on_nonfinite_loss='stop'): the run stopped before "
                 "that step's update, and nothing after it was saved. Resume from the newest checkpoint with a lower "
                 "learning_rate, max_grad_norm, bf16 instead of fp16, or check the data of that step.")
-        self._first.fill_(-math.inf)  # reported here; a later save commits weights the skip kept finite
         if self.ctx.is_main:  # every rank skips; the console says it once
             notice(f"WARNING: step {step}: the training loss is NaN/Inf; its optimizer step is skipped "
                    "(on_nonfinite_loss='skip').")
         return True
+
+    def _check_kept(self) -> None:
+        """"warn": the first step among the kept ones whose loss is NaN/Inf (one host read for all of them)."""
+        kept, self._kept, self._kept_micro = self._kept, [], 0
+        losses = [loss for _, step_losses in kept for loss in step_losses]
+        if not losses or self._first != -math.inf:  # none kept, or an earlier step already found
+            return
+        finite = [math.isfinite(value) for value in host_values(losses)]
+        i = 0
+        for step, step_losses in kept:
+            if not all(finite[i:i + len(step_losses)]):
+                self._first = -step
+                return
+            i += len(step_losses)
 
     def skip(self, trainer) -> tuple:
         """The skipped step's stand-in for the optimizer step: (grad_norm, learning rate), as the loop logs."""
@@ -68,8 +92,10 @@ class NonFiniteGuard:
 
     def report(self, saving_step: int | None = None) -> None:
         """Collective (all ranks, same step): warn, naming the first non-finite step since the last report."""
-        first = self.ctx.all_reduce_max(self._first.clone().reshape(1)).item()
-        self._first.fill_(-math.inf)
+        self._check_kept()
+        mine = torch.tensor([self._first], dtype=torch.float64, device=self.ctx.device)
+        first = self.ctx.all_reduce_max(mine).item()
+        self._first = -math.inf
         if math.isinf(first) or not self.ctx.is_main:
             return
         if saving_step is not None:
