@@ -185,7 +185,10 @@ class TrainingArguments(DriverView):
     storage_options: dict | str | None = _ours(
         "fsspec options for output_dir (e.g. S3 endpoint_url, key; JSON text on the command line). Never logged "
         "or saved.", default=None)
-    save_async: bool = _ours("Write checkpoints in the background while training continues.", default=True)
+    save_async: Optional[bool] = _ours(
+        "Write checkpoints in the background while training continues. None (the default): in the background, "
+        "except FSDP's sharded checkpoints on CPU workers, which are written inline (there a background write "
+        "measured no faster: benchmarks/README.md).", default=None)
     allow_local_output_dir_on_multinode: bool = _ours(
         "Accept a local output_dir on a multi-node cluster (only if that path is shared storage, e.g. NFS).",
         default=False)
