@@ -220,6 +220,26 @@ def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: 
     return time.perf_counter() - t0
 
 
+def run_in_bare_ray_train(loop, config: dict, workdir: str, num_workers: int, use_gpu: bool = False) -> None:
+    """`loop(config, rank, world_size, device)` on every worker of a bare Ray Train V2 `TorchTrainer` (gloo on
+    CPU, NCCL on GPU), no raytrainer: the baseline that shows what raytrainer adds on top of Ray Train."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    def train_fn(cfg: dict):
+        import ray.train
+        import ray.train.torch
+
+        ctx = ray.train.get_context()
+        loop(cfg, ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
+
+    TorchTrainer(train_fn, train_loop_config=config,
+                 scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+                 run_config=RunConfig(name=f"bench-plain-{os.getpid()}-{int(time.time())}", storage_path=workdir,
+                                      failure_config=FailureConfig(max_failures=0)),
+                 torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo")).fit()
+
+
 def stop_ray():
     import ray
 

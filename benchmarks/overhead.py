@@ -222,29 +222,18 @@ def run_hf(cfg: Config, workdir: str) -> dict:
 
 
 # ------------------------------------------------------------------------------ plain Ray Train (TorchTrainer)
-def _ray_train_fn(config: dict):
+def _ray_train_loop(config: dict, rank: int, world: int, device):
     # (Note for editors: a Config field named `classes` made Ray's cloudpickle try to pickle the
     # `torch.classes` submodule, since `cfg.classes` and `torch` appear in the same pickled function.)
-    import ray.train
-
-    entered = time.time()
-    ctx = ray.train.get_context()
-    hand_loop(config["cfg"], ctx.get_world_rank(), ctx.get_world_size(), config["path"], entered)
+    hand_loop(config["cfg"], rank, world, config["path"], entered=time.time())
 
 
 def run_ray_train_plain(cfg: Config, workdir: str) -> dict:
     """The hand-written DDP loop inside a bare Ray Train V2 TorchTrainer: what Ray Train itself costs,
     so (a) / (g) is what raytrainer adds on top of Ray Train."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
     path = os.path.join(workdir, "ray-train-plain.json")
     t0 = time.time()
-    TorchTrainer(_ray_train_fn, train_loop_config={"cfg": cfg, "path": path},
-                 scaling_config=ScalingConfig(num_workers=2),
-                 run_config=RunConfig(name=f"bench-plain-{os.getpid()}-{int(t0)}", storage_path=workdir,
-                                      failure_config=FailureConfig(max_failures=0)),
-                 torch_config=TorchConfig(backend="gloo")).fit()
+    common.run_in_bare_ray_train(_ray_train_loop, {"cfg": cfg, "path": path}, workdir, 2)
     return _result(read_stamps(path), t0, time.time() - t0, cfg)
 
 
