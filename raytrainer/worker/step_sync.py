@@ -21,7 +21,10 @@ before on_step_begin (worker/loop.py). What waits for it:
     - the has-data counts (Ray Data of unknown length): at once, before the step runs;
     - the input tokens: at the step's end, when the state counts them;
     - the stop flags: at the next step's start, before its micro-batches are taken (worker/stopping.py).
-Without a process group the exchange is the identity and no collective runs.
+On a GPU (NCCL) the host never waits for the device's queued work: the values travel to the device and back
+through pinned memory, the stream (not the host) waits for the collective, and reading the sums on the host
+waits only for the device to reach their copy, which it does before the step that follows. (Not yet run on a
+GPU.) Without a process group the exchange is the identity and no collective runs.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class StepSync:
         self._local: List[int] = []
         self._buffer: Optional[torch.Tensor] = None  # the exchange's tensor, summed in place
         self._work = None  # the collective in flight, if any
+        self._host, self._copied = None, None  # on a GPU: the sums' copy to the host, and its event
         self._totals: Optional[List[int]] = []  # the sums on the host; None until read
         self.exchanges = 0  # how many have run: tests count one per optimizer step
 
@@ -73,9 +77,19 @@ class StepSync:
         """Collective (every rank, same point of the loop): start summing the staged values over ranks, then
         reset them. The sums are there once `complete()` (or reading a slot) has run."""
         self.complete()  # one exchange in flight at a time
+        self._copied = None
         if self.ctx.distributed and self._local:
-            self._buffer = torch.tensor(self._local, dtype=torch.int64, device=self.ctx.device)
-            self._work = self.ctx.start_all_reduce_sum(self._buffer)
+            local = torch.tensor(self._local, dtype=torch.int64)
+            if self.ctx.device.type != "cuda":
+                self._buffer = local
+                self._work = self.ctx.start_all_reduce_sum(self._buffer)
+            else:  # no host sync: copies from and to pinned memory, and the stream (not the host) waits for NCCL
+                self._buffer = local.pin_memory().to(self.ctx.device, non_blocking=True)
+                self._work = self.ctx.start_all_reduce_sum(self._buffer)
+                self.complete()
+                self._host = self._buffer.to("cpu", non_blocking=True)
+                self._copied = torch.cuda.Event()
+                self._copied.record()  # read() waits for the GPU to reach this copy, not for the step's work
             self._totals = None
         else:
             self._buffer, self._totals = None, list(self._local)
@@ -88,7 +102,7 @@ class StepSync:
         self.complete()
 
     def complete(self) -> None:
-        """Wait for the exchange in flight (on a GPU the device's stream waits: no host sync)."""
+        """Wait for the exchange in flight (on a GPU the device's stream waits for NCCL: no host sync)."""
         if self._work is not None:
             work, self._work = self._work, None
             work.wait()
@@ -97,7 +111,11 @@ class StepSync:
         """The last exchange's sums on the host (waiting for it)."""
         if self._totals is None:
             self.complete()
-            self._totals = self._buffer.tolist()
+            if self._copied is not None:
+                self._copied.synchronize()
+                self._totals = self._host.tolist()
+            else:
+                self._totals = self._buffer.tolist()
         return self._totals
 
     def late(self, slot: Slot, floor: int = 0) -> torch.Tensor:
