@@ -43,6 +43,8 @@ class LoopEvents:
         # Per-step events no driver callback implements stay here: observing costs nothing unless asked for.
         self.unsent = UNHEARD_UNLESS_LISTENED - frozenset(heard) - self.control_points
         self.rank_callbacks = list(rank_callbacks)
+        # ...and those no rank callback implements either do nothing but HF's control reset.
+        self.idle = frozenset(e for e in self.unsent if not any(listens_to(c, e) for c in self.rank_callbacks))
         self.control = TrainerControl()
         self.train_dataloader = None  # set by the training loop: the callbacks' `train_dataloader` argument
         self.next_step = next_step
@@ -53,8 +55,10 @@ class LoopEvents:
 
     def fire(self, event: str, **payload: Any) -> TrainerControl:
         trainer, control = self.trainer, self.control
-        state = trainer.state
         reset_control(control, event)
+        if event in self.idle:
+            return control
+        state = trainer.state
         local = [c for c in self.rank_callbacks if listens_to(c, event)]
         for callback in local:
             call(callback, event, trainer.args, state, control, **self._hf_kwargs(), **payload)
