@@ -200,7 +200,9 @@ class WorkerHooks:
         own_items = None
         if num_items_in_batch is not None and self.compute_loss_func is None and not smoothing:
             if self.model_accepts_loss_kwargs:
-                inputs["num_items_in_batch"] = num_items_in_batch
+                # A torch.compile'd model gets the count settled: the late tensor's wait is no code to trace.
+                compiled = type(self.model).__name__ == "OptimizedModule" and torch.is_tensor(num_items_in_batch)
+                inputs["num_items_in_batch"] = num_items_in_batch.clone() if compiled else num_items_in_batch
             else:  # the model returns a mean over its own label items: turn it into a share of the global sum
                 own_items = label_items(inputs, self.label_names, shift=loss_shifts_labels(self.model))
         outputs = model(**inputs)

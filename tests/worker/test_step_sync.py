@@ -275,3 +275,31 @@ def test_a_stop_raised_during_step_s_is_agreed_in_the_next_exchange_and_saved_af
         trainer.train()
     assert trainer.state.global_step == 3
     assert [c.step for c in listing.list_checkpoints(str(tmp_path))] == [3]
+
+
+def test_a_torch_compiled_model_gets_the_count_settled_before_its_forward(tmp_path):
+    """The late count must not enter code that dynamo traces: a compiled model's forward gets a plain tensor (a
+    plain model keeps the late one, waited for where its loss uses it)."""
+    seen = []
+
+    class Net(torch.nn.Module):
+        accepts_loss_kwargs = True  # transformers' switch, which a compiled module passes on
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, x, labels=None, num_items_in_batch=None):
+            seen.append(type(num_items_in_batch))
+            return {"loss": (self.w * x).sum() / num_items_in_batch}
+
+    ctx = FakeCtx(others=[[0, 3]])
+    for model in (Net(), torch.compile(Net(), backend="eager")):
+        sync = StepSync(ctx)
+        _, items = sync.slot(), sync.slot()
+        items.put(1)
+        sync.start()
+        trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), num_workers=0))
+        loss = trainer.compute_loss(model, {"x": torch.ones(2)}, num_items_in_batch=sync.late(items, floor=1))
+        assert float(loss) == 0.5
+    assert [t.__name__ for t in seen] == ["LateTotal", "Tensor"]
