@@ -174,7 +174,8 @@ class TrainingArguments(DriverView):
     max_failures: int = _ours("Worker-group restarts Ray Train may attempt from the newest committed "
                               "checkpoint (-1: unlimited). A lost node is a failure.", default=0)
     max_preemptions: int = _ours("Restarts after a preemption (a worker got SIGTERM, or Ray drains its node): "
-                                 "checkpointed at the next step, counted apart from max_failures (-1: unlimited).",
+                                 "checkpointed at the end of the step after the one in progress, counted apart from "
+                                 "max_failures (-1: unlimited).",
                                  default=-1)
     worker_idle_timeout_s: float = _ours(
         "The worker group started by the first call is kept for the next train()/evaluate()/predict() and "

@@ -121,8 +121,8 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
                                    "(s3://..., NFS with allow_local_output_dir_on_multinode=True)."),
     "save_total_limit": (SAME, "The newest and the best checkpoints are never deleted."),
     "enable_jit_checkpoint": (DIFFERENT, "Always on, whatever this says: on SIGTERM or a Ray node drain every rank "
-                                         "saves at the next step boundary and the run restarts from that checkpoint "
-                                         "(max_preemptions)."),
+                                         "saves within two step boundaries, at the same step, and the run restarts "
+                                         "from that checkpoint (max_preemptions)."),
     "push_to_hub": (SAME, "From the driver through huggingface_hub, committed checkpoints only (hub_strategy); "
                           "the repository is created or found before any worker starts."),
     "hub_token": (SAME, "Read only with push_to_hub; never printed (to_dict/repr redact it)."),

@@ -150,8 +150,8 @@ class EventSink:
         return self.history.group_started(start)
 
     # ------------------------------------------------------------------ Ctrl-C
-    # The workers save at the next step boundary and stop. Rank 0 keeps one wait_stop call in flight and
-    # checks it without blocking at each step, so an uninterrupted run pays no round trip.
+    # The workers save at the end of the step after the one in progress and stop. Rank 0 keeps one wait_stop call
+    # in flight and checks it without blocking (at most every 0.2 s), so an uninterrupted run pays no round trip.
     async def request_stop(self, reason: str) -> bool:
         self._stop_reason = reason
         self._stop.set()
