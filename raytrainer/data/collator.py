@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-
-LABEL_ALIASES = ("label", "label_ids")
+from .columns import LABEL_ALIASES
 
 
 def pad_token_id_of(processing_class: Any) -> int:
@@ -99,15 +98,18 @@ class DefaultCollator:
             if scalar is not None:  # fast path: a column of python ints or floats (labels, ids)
                 batch[key] = scalar
                 continue
-            if not all(isinstance(v, torch.Tensor) for v in values):  # tensors need no text check
+            if all(isinstance(v, torch.Tensor) for v in values):
+                tensors = values  # a torch dataset's rows: no text check, nothing to convert
+            else:
                 text = [_is_text(v) for v in values]
                 if all(text):
                     continue  # e.g. a raw "text" column next to its input_ids
                 if any(text):
                     raise ConfigError(f"collator: {key!r} is a string or None in some examples and numeric in "
                                       "others.")
-            tensors = [_to_tensor(key, v) for v in values]
-            if all(t.shape == tensors[0].shape for t in tensors):
+                tensors = [_to_tensor(key, v) for v in values]
+            shape = tensors[0].shape
+            if all(t.shape == shape for t in tensors):
                 batch[key] = torch.stack(tensors)
             elif all(t.dim() == 1 for t in tensors):
                 batch[key] = self._pad(tensors, self._pad_value(key))
@@ -129,6 +131,8 @@ class DefaultCollator:
         if not isinstance(feature, Mapping):
             raise ConfigError(f"collator: examples must be dicts (column name -> value), got "
                               f"{type(feature).__name__}.")
+        if feature.keys().isdisjoint(LABEL_ALIASES):
+            return feature  # nothing to rename: read as it is, never written
         row = dict(feature)
         for alias in LABEL_ALIASES:
             if alias in row:

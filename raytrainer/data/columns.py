@@ -88,14 +88,20 @@ def dataset_columns(dataset: Any) -> Optional[List[str]]:
 
 
 class ColumnFilter:
-    """Wraps a collator so it only sees the keys the model accepts (`remove_unused_columns`)."""
+    """Wraps a collator so it only sees the keys the model accepts (`remove_unused_columns`). `reads_only`: the
+    collator never writes to the examples it is given (DefaultCollator), so examples with nothing to drop pass
+    as they are; any other collator gets copies, as transformers' does, so a dataset's own rows stay intact."""
 
-    def __init__(self, collator, keep: Iterable[str]):
+    def __init__(self, collator, keep: Iterable[str], reads_only: bool = False):
         self.collator = collator
         self.keep = frozenset(keep) | frozenset(LABEL_ALIASES)
+        self.reads_only = reads_only
 
     def __call__(self, features):
-        return self.collator([{k: v for k, v in f.items() if k in self.keep} for f in features])
+        keep = self.keep
+        if self.reads_only and all(f.keys() <= keep for f in features):
+            return self.collator(features)  # a copy of each row per step costs the loop more than the step's ops
+        return self.collator([{k: v for k, v in f.items() if k in keep} for f in features])
 
 
 def dropped_label_columns(rows: list, batch: dict, label_names: Iterable[str]) -> List[Tuple[str, Any]]:

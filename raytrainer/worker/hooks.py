@@ -299,7 +299,8 @@ def batch_collator(trainer):
     if not trainer.args.remove_unused_columns:
         return collator
     names, var_kw = forward_signature(trainer._unwrapped_model())
-    return collator if var_kw else ColumnFilter(collator, names + trainer.label_names)
+    return collator if var_kw else ColumnFilter(collator, names + trainer.label_names,
+                                                reads_only=isinstance(collator, DefaultCollator))
 
 
 def call_compute_loss(trainer, model, inputs: dict, return_outputs: bool = False,
