@@ -4,7 +4,7 @@ through a user's `map_batches` at its defaults (1 CPU per task) each train 2 epo
 epoch (counted on the workers), the loss falling. Before, the workers held 0.75 CPU each, the padding's task asked
 1 CPU of the 0.5 left, and the run waited forever with no word of why. Then a pipeline whose step asks more than the
 workers leave (hidden from preflight) is named by the driver, with what is pending, what is free and the fix,
-within half a minute. The driver is `ray_data_two_cpus.py`, in a subprocess with its own Ray."""
+within half a minute of its last progress. The driver is `ray_data_two_cpus.py`, in a subprocess with its own Ray."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+from raytrainer.coordinator.pending import LOOK_EVERY_S, LOOKS, QUIET_S
 from tests.support import ROOT
 
 SCRIPT = os.path.join(ROOT, "tests", "integration", "ray_data_two_cpus.py")
@@ -90,9 +91,11 @@ def test_ray_data_on_two_cpus_trains_every_row_once_and_names_a_step_ray_cannot_
     for epoch in (0, 1):
         assert mapped[epoch] == collections.Counter(range(ROWS)), f"mapped, epoch {epoch}"
 
-    [started] = [at for at, line in seen if line.startswith("UNPLACEABLE")]
-    [(named_at, warning)] = [(at, line) for at, line in seen if line.startswith(NAMED)]
+    [warning] = [line for _, line in seen if line.startswith(NAMED)]
     assert "1 task(s) or actor(s) asking {'CPU': 2}" in warning and "Free now: {'CPU': 1}" in warning, warning
     assert "resources_per_worker" in text[text.index(NAMED):], text[text.index(NAMED):]
-    # train() called to the warning: preflight's 2-row read, the job posted, then 15 s without progress.
-    assert named_at - started < 40, named_at - started
+    # Told at the first look that could tell: QUIET_S of no progress, then LOOKS looks LOOK_EVERY_S apart that saw
+    # the same stuck demand. The quiet time is the driver's own clock from the job's last message, so a slow host's
+    # preflight and group start (which once took a wall-clock bound of 40 s past its limit) do not count in it.
+    quiet_s = float(warning[len(NAMED):].split()[0])
+    assert QUIET_S <= quiet_s <= QUIET_S + (LOOKS + 2) * LOOK_EVERY_S, warning
