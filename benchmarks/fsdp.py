@@ -240,6 +240,7 @@ def run_raytrainer(cfg: Config, workdir: str) -> dict:
     trainer.stamp_dir = stamp_dir
     trainer.pop_callback(raytrainer.PrinterCallback)
     trainer.train()
+    trainer.close()  # its idle worker group would hold the CPUs a Ray variant run next in this Ray needs
     files = [f for f in os.listdir(stamp_dir) if f.startswith("rank0-")]
     return read_stamps(os.path.join(stamp_dir, files[0]))
 

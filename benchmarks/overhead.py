@@ -184,6 +184,7 @@ def run_raytrainer(cfg: Config, workdir: str, num_workers: int, average_tokens: 
     t0 = time.time()
     output = trainer.train()
     total = time.time() - t0
+    trainer.close()  # its idle worker group would hold the CPUs a Ray variant run next in this Ray needs
     files = [f for f in os.listdir(stamp_dir) if f.startswith("rank0-")]
     stamps = read_stamps(os.path.join(stamp_dir, files[0]))
     stamps["train_loss"] = output.training_loss
