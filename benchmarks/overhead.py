@@ -167,7 +167,8 @@ def run_hand_single(cfg: Config, workdir: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ raytrainer
-def run_raytrainer(cfg: Config, workdir: str, num_workers: int, average_tokens: bool = True) -> dict:
+def run_raytrainer(cfg: Config, workdir: str, num_workers: int, average_tokens: bool = True,
+                   keep_group: bool = False) -> dict:
     import raytrainer
 
     timed = common.make_timed_trainer_class()
@@ -184,7 +185,8 @@ def run_raytrainer(cfg: Config, workdir: str, num_workers: int, average_tokens: 
     t0 = time.time()
     output = trainer.train()
     total = time.time() - t0
-    trainer.close()  # its idle worker group would hold the CPUs a Ray variant run next in this Ray needs
+    if not keep_group:
+        trainer.close()  # its idle worker group would hold the CPUs a Ray variant run next in this Ray needs
     files = [f for f in os.listdir(stamp_dir) if f.startswith("rank0-")]
     stamps = read_stamps(os.path.join(stamp_dir, files[0]))
     stamps["train_loss"] = output.training_loss
