@@ -1,10 +1,11 @@
 """Ray Data on a Ray of 2 CPUs that the driver starts (a 2-core laptop), with 2 workers (issue 32): 203 rows of
-`ray.data.from_items` (padded to a multiple of the world size by raytrainer's own Ray Data step) and the same rows
-through a user's `map_batches` at its defaults (1 CPU per task) train 2 epochs and 1 epoch and a step, every row
-exactly once per epoch (counted on the workers), the loss falling. Before, the workers held 0.75 CPU each, the padding's task asked
-1 CPU of the 0.5 left, and the run waited forever with no word of why. Then a pipeline whose step asks more than the
-workers leave (hidden from preflight) is named by the driver, with what is pending, what is free and the fix,
-within half a minute of its last progress. The driver is `ray_data_two_cpus.py`, in a subprocess with its own Ray."""
+`ray.data.from_items` (padded to a multiple of the world size by raytrainer's own Ray Data step) train 2 epochs,
+and the same rows through a user's `map_batches` at its defaults (1 CPU per task) an epoch and a step, every row
+exactly once per epoch (counted on the workers), the loss falling. Before, the workers held 0.75 CPU each, the
+padding's task asked 1 CPU of the 0.5 left, and the run waited forever with no word of why. Then a pipeline whose
+step asks more than the workers leave (hidden from preflight) is named by the driver, with what is pending, what
+is free and the fix, within half a minute of its last progress. The driver is `ray_data_two_cpus.py`, in a
+subprocess with its own Ray."""
 
 from __future__ import annotations
 
