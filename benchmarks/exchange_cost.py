@@ -1,7 +1,7 @@
 """What the step's exchange (raytrainer/worker/step_sync.py) costs a DDP step on gloo, and what folding it into
 DDP's gradient all-reduce would cost instead: two processes, overhead.py's MLP and batch, forward + backward only.
 
-    python benchmarks/exchange_cost.py                  # 8 rounds of 60 steps per variant: ~1 min on 2 cores
+    python benchmarks/exchange_cost.py                  # 8 rounds of 60 steps per variant: ~1.5 min on 2 cores
     python benchmarks/exchange_cost.py --rounds 16 --json /tmp/exchange.json
 
 Variants, each a DistributedDataParallel of the same module on the same gloo group (one torch thread a process):
@@ -87,13 +87,17 @@ def _worker(rank: int, world: int, port: int, opts, out_path: str):
         elif name == "gather":
             work = dist.all_gather_single(gathered, torch.ones(VALUES, dtype=torch.int64), async_op=True)
         elif name in carries:
-            carries[name].payload = torch.ones(VALUES)
+            carries[name].payload, carries[name].sums = torch.ones(VALUES), None
         out = models[name](x=x)["logits"]
         if work is not None:  # where the loss would use the label items
             work.wait()
             if name == "gather":
                 gathered.view(world, VALUES).sum(0)
         torch.nn.functional.cross_entropy(out, y).backward()
+        if name in carries:  # the values came back with the gradients, summed over the ranks
+            sums = carries[name].sums
+            if sums is None or sums.tolist() != [float(world)] * VALUES:
+                raise RuntimeError(f"{name}: the gradient all-reduce brought back {sums}, not {world} x {VALUES}")
         for p in module.parameters():
             p.grad = None
 
