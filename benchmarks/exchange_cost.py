@@ -64,9 +64,11 @@ class Carry:
 
 
 def _worker(rank: int, world: int, port: int, opts, out_path: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    with overhead.gloo_group(rank, world, port):
+        _measure(rank, world, opts, out_path)
+
+
+def _measure(rank: int, world: int, opts, out_path: str):
     cfg = overhead.Config()
     module = overhead.build_model(cfg)
     models = {name: torch.nn.parallel.DistributedDataParallel(module) for name in VARIANTS}
@@ -112,7 +114,6 @@ def _worker(rank: int, world: int, port: int, opts, out_path: str):
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(times, f)
-    dist.destroy_process_group()
 
 
 def main(argv=None):

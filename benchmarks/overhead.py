@@ -25,6 +25,7 @@ for (a) Ray itself is started before, and timed separately. Ratios are computed,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -131,17 +132,24 @@ def hand_loop(cfg: Config, rank: int, world: int, stamp_path: str, entered: floa
                      threads=torch.get_num_threads(), entered=entered)
 
 
-def _ddp_worker(rank: int, world: int, port: int, cfg: Config, stamp_path: str):
+@contextlib.contextmanager
+def gloo_group(rank: int, world: int, port: int):
+    """A spawned process's gloo group on loopback, one torch thread, left by every rank together."""
     import torch.distributed as dist
 
-    entered = time.time()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    hand_loop(cfg, rank, world, stamp_path, entered)
+    yield
     # Leave together: a rank that tears gloo down while its peer still talks to it can abort the peer.
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _ddp_worker(rank: int, world: int, port: int, cfg: Config, stamp_path: str):
+    entered = time.time()
+    with gloo_group(rank, world, port):
+        hand_loop(cfg, rank, world, stamp_path, entered)
 
 
 def _free_port() -> int:
