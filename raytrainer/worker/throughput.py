@@ -7,8 +7,10 @@ up, not multiplied, so their parameters are left out, unless the output projecti
 A model without a transformer config (no layers / heads in `model.config`) counts 6 FLOPs per parameter
 per token, and per sample when its batches have no tokens.
 
-MFU divides by the device's dense bf16/fp16 tensor-core peak (the table below, as torchtitan's), whatever
-precision the run uses: an fp32 run shows a low MFU on purpose. `peak_flops_per_device` overrides it.
+MFU divides by the device's dense peak for the precision the run computes in (the table below, from NVIDIA's
+data sheets): bf16/fp16 tensor cores under bf16=True/fp16=True, TF32 tensor cores for an fp32 run whose
+matmuls may use TF32 (tf32=True, or torch's own setting), else plain fp32. An fp32 run measured against the
+bf16 peak would read 15x too low on an H100. `peak_flops_per_device` overrides it.
 """
 
 from __future__ import annotations
@@ -19,38 +21,61 @@ from typing import Optional
 import torch
 from torch import nn
 
-# Dense (no 2:4 sparsity) bf16/fp16 tensor-core FLOP/s, from NVIDIA's data sheets. Matched in order against
-# torch.cuda.get_device_name(), so a longer name comes before its prefix (A100 before A10, L40S before L4).
+# Dense (no 2:4 sparsity) FLOP/s per precision, from NVIDIA's data sheets: (bf16/fp16 tensor cores, TF32
+# tensor cores, fp32 without tensor cores). Matched in order against torch.cuda.get_device_name(), so a longer
+# name comes before its prefix (A100 before A10, L40S before L4). A GPU without TF32 (V100, T4) gets its fp32.
 PEAK_FLOPS = (
-    ("B200", 2.25e15),
-    ("H200", 989e12),
-    ("H100 NVL", 835e12),
-    ("H100 PCIe", 756e12),
-    ("H100", 989e12),  # SXM and other variants
-    ("H800", 989e12),
-    ("A100", 312e12),
-    ("A800", 312e12),
-    ("L40S", 362e12),
-    ("L40", 181e12),
-    ("L4", 121e12),
-    ("A10G", 70e12),  # AWS's variant: no NVIDIA data sheet; the commonly cited figure
-    ("A10", 125e12),
-    ("A40", 150e12),
-    ("V100", 125e12),  # fp16 tensor cores (V100 has no bf16)
-    ("T4", 65e12),  # fp16
+    ("B200", (2.25e15, 1.1e15, 75e12)),
+    ("H200", (989e12, 494.7e12, 66.9e12)),
+    ("H100 NVL", (835e12, 417.5e12, 60e12)),
+    ("H100 PCIe", (756e12, 378e12, 51.2e12)),
+    ("H100", (989e12, 494.7e12, 66.9e12)),  # SXM and other variants
+    ("H800", (989e12, 494.7e12, 66.9e12)),
+    ("A100", (312e12, 156e12, 19.5e12)),
+    ("A800", (312e12, 156e12, 19.5e12)),
+    ("L40S", (362e12, 183e12, 91.6e12)),
+    ("L40", (181e12, 90.5e12, 90.5e12)),
+    ("L4", (121e12, 60e12, 30.3e12)),
+    ("A10G", (70e12, 35e12, 31.2e12)),  # AWS's variant: no NVIDIA data sheet; the commonly cited figures
+    ("A10", (125e12, 62.5e12, 31.2e12)),
+    ("A40", (150e12, 74.8e12, 37.4e12)),
+    ("V100", (125e12, 15.7e12, 15.7e12)),  # fp16 tensor cores (V100 has no bf16, no TF32)
+    ("T4", (65e12, 8.1e12, 8.1e12)),  # fp16
 )
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")  # the columns above: bf16 and fp16 share the first
 
 
-def peak_flops(device: torch.device, override: Optional[float] = None) -> Optional[float]:
-    """This device's peak FLOP/s: the user's figure, else the table's for a known GPU, else None (no MFU)."""
+def run_precision(args=None) -> str:
+    """The precision a run's matmuls use: bf16/fp16 from the arguments, else TF32 where torch allows it for
+    fp32 matmuls (`tf32=True` sets that on every worker before the loop asks), else fp32."""
+    if args is not None and getattr(args, "bf16", False):
+        return "bf16"
+    if args is not None and getattr(args, "fp16", False):
+        return "fp16"
+    return "tf32" if _tf32_allowed() else "fp32"
+
+
+def _tf32_allowed() -> bool:
+    matmul = torch.backends.cuda.matmul
+    return bool(matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest" \
+        or getattr(matmul, "fp32_precision", None) == "tf32"
+
+
+def peak_flops(device: torch.device, override: Optional[float] = None,
+               precision: str = "bf16") -> Optional[float]:
+    """This device's peak FLOP/s in `precision` (one of PRECISIONS; `run_precision(args)` gives a run's): the
+    user's figure, else the table's for a known GPU, else None (no MFU)."""
     if override:
         return float(override)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: one of {PRECISIONS}")
     if device.type != "cuda":
         return None  # a CPU's peak depends on cores, clocks and vector units: ask the user for it
     name = torch.cuda.get_device_name(device)
+    column = max(PRECISIONS.index(precision) - 1, 0)  # bf16 and fp16: 0, tf32: 1, fp32: 2
     for key, flops in PEAK_FLOPS:
         if key.lower() in name.lower():
-            return flops
+            return flops[column]
     return None
 
 

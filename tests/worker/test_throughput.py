@@ -11,7 +11,7 @@ from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.callbacks.progress import ProgressCallback
 from raytrainer.errors import ConfigError
 from raytrainer.worker import throughput
-from raytrainer.worker.throughput import ModelFlops, peak_flops
+from raytrainer.worker.throughput import ModelFlops, peak_flops, run_precision
 from tests.models import TokenData, make_model
 
 THROUGHPUT_KEYS = {"train_step_time_s", "train_samples_per_second", "train_tokens_per_second",
@@ -120,6 +120,32 @@ def test_peak_of_known_gpus(monkeypatch, name, peak):
     monkeypatch.setattr(throughput.torch.cuda, "get_device_name", lambda device=None: name)
     assert peak_flops(torch.device("cuda", 0)) == peak
     assert peak_flops(torch.device("cuda", 0), override=1e12) == 1e12  # the user's figure wins
+
+
+@pytest.mark.parametrize("name, precision, peak", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989e12), ("NVIDIA H100 80GB HBM3", "fp16", 989e12),
+    ("NVIDIA H100 80GB HBM3", "tf32", 494.7e12), ("NVIDIA H100 80GB HBM3", "fp32", 66.9e12),
+    ("NVIDIA A100-SXM4-80GB", "tf32", 156e12), ("NVIDIA A100-SXM4-80GB", "fp32", 19.5e12),
+    ("Tesla V100-SXM2-16GB", "tf32", 15.7e12), ("Some Future GPU", "fp32", None)])
+def test_the_peak_is_the_precisions_the_run_computes_in(monkeypatch, name, precision, peak):
+    monkeypatch.setattr(throughput.torch.cuda, "get_device_name", lambda device=None: name)
+    assert peak_flops(torch.device("cuda", 0), precision=precision) == peak
+    assert peak_flops(torch.device("cuda", 0), override=1e12, precision=precision) == 1e12
+
+
+def test_a_runs_precision_comes_from_its_arguments_then_torchs_tf32_setting():
+    args = lambda **kw: types.SimpleNamespace(**{"bf16": False, "fp16": False, **kw})  # noqa: E731
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")  # torch's default
+        assert run_precision(args(bf16=True)) == "bf16" and run_precision(args(fp16=True)) == "fp16"
+        assert run_precision(args()) == "fp32"  # an fp32 run is measured against the fp32 peak
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls allowed (what tf32=True sets on a worker)
+        assert run_precision(args()) == "tf32" and run_precision(args(bf16=True)) == "bf16"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    with pytest.raises(ValueError, match="precision"):
+        peak_flops(torch.device("cuda", 0), precision="fp8")
 
 
 def test_peak_on_cpu_only_when_given():
