@@ -12,7 +12,8 @@ the accelerator. Give the loop under test `DEVICE` as its device.
   whatever is computed from host tensors only.
 - Device tensors: everything else, which includes every tensor made before counting began and not passed to
   `host()` (parameters, gradients, optimizer state), a host tensor moved `.to(DEVICE)` (returned as a new
-  tensor, as a real move makes one), and what a factory makes with `device=DEVICE`.
+  tensor, as a real move makes one), and what a factory makes with `device=DEVICE`. While counting, a device
+  tensor's `.device` is `DEVICE` (so `x.to(t.device)` moves to the device, as on a GPU).
 
 A read of a device tensor is counted, with where it was made from; a read of a host tensor is not (it waits for
 nothing on a GPU), nor is a non-blocking copy to the host (whoever reads it later waits on an event, which this
@@ -53,6 +54,7 @@ VALUE_SHAPED = frozenset({
     Tensor.nonzero, torch.nonzero, Tensor.argwhere, torch.argwhere, Tensor.masked_select, torch.masked_select,
     Tensor.unique, torch.unique, torch.unique_consecutive, torch.bincount, Tensor.bincount,
 })
+_DEVICE_ATTRIBUTE = Tensor.device  # the getter of `t.device`
 _HERE = os.path.abspath(__file__)
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -94,6 +96,8 @@ class HostReads(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if getattr(func, "__self__", None) is _DEVICE_ATTRIBUTE:  # `t.device`: where this counter says it is,
+            return func(*args, **kwargs) if on_host(args[0]) else DEVICE  # so `x.to(t.device)` is no read
         if func is Tensor.backward:  # run the engine with this mode on, so hooks' reads are seen
             with self:
                 return _backward(*args, **kwargs)

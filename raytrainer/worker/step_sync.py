@@ -21,10 +21,11 @@ before on_step_begin (worker/loop.py). What waits for it:
     - the has-data counts (Ray Data of unknown length): at once, before the step runs;
     - the input tokens: at the step's end, when the state counts them;
     - the stop flags: at the next step's start, before its micro-batches are taken (worker/stopping.py).
-On a GPU (NCCL) the host never waits for the device's queued work: the values travel to the device and back
-through pinned memory, the stream (not the host) waits for the collective, and reading the sums on the host
-waits only for the device to reach their copy, which it does before the step that follows. (Not yet run on a
-GPU.) Without a process group the exchange is the identity and no collective runs.
+On a GPU (NCCL) the host never waits for the device's queued work (`DeviceTransport`): the values travel to the
+device and back through pinned memory, the stream (not the host) waits for the collective, and reading the sums
+on the host waits only for the device to reach their copy, which it does before the step's forward.
+tests/worker/test_host_sync.py runs that branch on CPU and counts no read of a device value in it. (Not yet run
+on a GPU.) Without a process group the exchange is the identity and no collective runs.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ class Slot:
 class StepSync:
     def __init__(self, ctx):
         self.ctx = ctx
+        self.transport = transport_for(ctx.device)  # how the values reach the collective and come back
         self._local: List[int] = []
         self._buffer: Optional[torch.Tensor] = None  # the exchange's tensor, summed in place
         self._work = None  # the collective in flight, if any
-        self._host, self._copied = None, None  # on a GPU: the sums' copy to the host, and its event
         self._totals: Optional[List[int]] = []  # the sums on the host; None until read
         self.exchanges = 0  # how many have run: tests count one per optimizer step
 
@@ -77,19 +78,10 @@ class StepSync:
         """Collective (every rank, same point of the loop): start summing the staged values over ranks, then
         reset them. The sums are there once `complete()` (or reading a slot) has run."""
         self.complete()  # one exchange in flight at a time
-        self._copied = None
         if self.ctx.distributed and self._local:
-            local = torch.tensor(self._local, dtype=torch.int64)
-            if self.ctx.device.type != "cuda":
-                self._buffer = local
-                self._work = self.ctx.start_all_reduce_sum(self._buffer)
-            else:  # no host sync: copies from and to pinned memory, and the stream (not the host) waits for NCCL
-                self._buffer = local.pin_memory().to(self.ctx.device, non_blocking=True)
-                self._work = self.ctx.start_all_reduce_sum(self._buffer)
-                self.complete()
-                self._host = self._buffer.to("cpu", non_blocking=True)
-                self._copied = torch.cuda.Event()
-                self._copied.record()  # read() waits for the GPU to reach this copy, not for the step's work
+            self._buffer = self.transport.send(self._local)
+            self._work = self.ctx.start_all_reduce_sum(self._buffer)
+            self.transport.started(self._buffer, self.complete)
             self._totals = None
         else:
             self._buffer, self._totals = None, list(self._local)
@@ -111,11 +103,7 @@ class StepSync:
         """The last exchange's sums on the host (waiting for it)."""
         if self._totals is None:
             self.complete()
-            if self._copied is not None:
-                self._copied.synchronize()
-                self._totals = self._host.tolist()
-            else:
-                self._totals = self._buffer.tolist()
+            self._totals = self.transport.receive(self._buffer)
         return self._totals
 
     def late(self, slot: Slot, floor: int = 0) -> torch.Tensor:
@@ -130,6 +118,56 @@ class StepSync:
             value.clamp_(min=floor)
 
         return LateTotal(value, resolve)
+
+
+class HostTransport:
+    """gloo: the values are summed in host memory and read there (a host wait by nature)."""
+
+    def send(self, values: List[int]) -> torch.Tensor:
+        """The tensor the collective sums in place."""
+        return torch.tensor(values, dtype=torch.int64)
+
+    def started(self, buffer: torch.Tensor, complete: Callable[[], None]) -> None:
+        """Right after the collective started: nothing to queue."""
+
+    def receive(self, buffer: torch.Tensor) -> List[int]:
+        """The sums on the host, once the collective completed."""
+        return buffer.tolist()
+
+
+class DeviceTransport(HostTransport):
+    """NCCL: the host never waits for the device's queued work. The values go to the device from pinned memory
+    and come back into pinned memory without blocking; the stream (not the host) waits for the collective, and
+    reading the sums waits for an event recorded right after their copy back, which the device reaches before
+    the step's forward, not for the step's work. `tests/worker/test_host_sync.py` runs this class on CPU with the
+    two CUDA calls (`_pinned`, `_event`) replaced."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._host, self._copied = None, None  # the sums' copy to the host, and its event
+
+    def send(self, values: List[int]) -> torch.Tensor:
+        return self._pinned(torch.tensor(values, dtype=torch.int64)).to(self.device, non_blocking=True)
+
+    def started(self, buffer: torch.Tensor, complete: Callable[[], None]) -> None:
+        complete()  # NCCL's wait makes the stream wait, not the host
+        self._host = buffer.to("cpu", non_blocking=True)
+        self._copied = self._event()
+        self._copied.record()
+
+    def receive(self, buffer: torch.Tensor) -> List[int]:
+        self._copied.synchronize()
+        return self._host.tolist()
+
+    def _pinned(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.pin_memory()
+
+    def _event(self):
+        return torch.cuda.Event()
+
+
+def transport_for(device: torch.device) -> HostTransport:
+    return DeviceTransport(device) if device.type == "cuda" else HostTransport()
 
 
 class LateTotal(torch.Tensor):
