@@ -79,6 +79,7 @@ class HostReads(TorchFunctionMode):
         super().__init__()
         self.reads: List[Tuple[str, str]] = []  # (what, where), in order
         self._in_subclass = False
+        self.active = False  # started and not stopped (start/stop)
 
     @property
     def count(self) -> int:
@@ -89,10 +90,15 @@ class HostReads(TorchFunctionMode):
 
     def start(self) -> "HostReads":
         """Count from here on (for callbacks that start and stop at different points of a loop)."""
+        self.active = True
         return self.__enter__()
 
     def stop(self) -> None:
-        self.__exit__(None, None, None)
+        """Stop counting (a no-op when stopped): call it in the thread that started, also when the loop raised,
+        or the mode stays on in that thread."""
+        if self.active:
+            self.active = False
+            self.__exit__(None, None, None)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -118,8 +118,13 @@ def own_loop(tmp_path, strategy: str) -> HostReads:
                              learning_rate=1e-2, optim="adamw_torch", save_strategy="no", disable_tqdm=True,
                              strategy=strategy, average_tokens_across_devices=True,
                              include_num_input_tokens_seen="all")
-    Trainer(model=make_model(), args=args, train_dataset=host_rows(), data_collator=HostBatches(),
-            callbacks=[CountSteadySteps()]).train()
+    trainer = Trainer(model=make_model(), args=args, train_dataset=host_rows(), data_collator=HostBatches(),
+                      callbacks=[CountSteadySteps()])
+    try:
+        trainer.train()  # in this thread: the callback's counter is stopped here if the loop raised
+    finally:
+        if CountSteadySteps.reads is not None:
+            CountSteadySteps.reads.stop()
     assert CountSteadySteps.steps == STEPS
     return CountSteadySteps.reads
 
