@@ -194,6 +194,30 @@ def make_timed_trainer_class():
     return TimedTrainer
 
 
+def make_step_stamps_callback(path: str, started: float):
+    """A `transformers.TrainerCallback` for a timed script (hosted_sft.py's stamps, for gpu.py): rank 0
+    writes the script's start (`started`, taken before its imports), train begin and every step end to `path`.
+    Built on call, so that importing this module needs no transformers."""
+    from transformers import TrainerCallback
+
+    class Stamps(TrainerCallback):
+        def __init__(self):
+            self.begin, self.steps = None, []
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.begin = time.time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps.append(time.time())
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if path and state.is_world_process_zero:
+                with open(path, "w") as f:
+                    json.dump({"started": started, "train_begin": self.begin, "steps": self.steps}, f)
+
+    return Stamps()
+
+
 # ------------------------------------------------------------------------------------------------ Ray
 def ship_by_value():
     """Make cloudpickle send this module's classes by value, so the workers need not import it."""

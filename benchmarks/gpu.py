@@ -1,0 +1,326 @@
+"""One command for a GPU machine: raytrainer against what a user would otherwise run, in one table and one JSON.
+
+    python3 benchmarks/gpu.py --rounds 3 --json /tmp/gpu.json          # all parts, <= 7 min on one GPU
+    python3 benchmarks/gpu.py --parts own,hosted                         # a shorter second run
+    python benchmarks/gpu.py --device cpu --smoke --json /tmp/gpu.json   # every part on tiny models (CI, ~1 min)
+
+Parts (`--parts`, all by default), G = the visible GPUs (1 worker on CPU):
+  own     raytrainer's loop against the hand-written loop (benchmarks/gpu_loops.py: same model, rows, bf16, fused
+          AdamW, clipping, per-block compile and sharding), both on the same warm worker group (the hand loop through
+          raytrainer.launch, paired.py's method), DDP and FSDP2, alternating order, --rounds rounds: median and p25
+          step time per side, the per-round ratio. The model: fsdp.py's 163M GPT at sequence 1024, batch 8 a GPU.
+  mfu     a 1B-class Llama (hidden 2048, 16 layers, 32 heads, 8 KV heads, intermediate 8192, vocab 32000; 1.1B
+          parameters) at sequence 2048, bf16, SDPA, built from its config on the device, in both loops: tokens/s,
+          MFU (raytrainer's FLOPs estimate over the device's peak for bf16, raytrainer.worker.throughput), peak GPU
+          memory; torch_compile on, then off while the time budget lasts (--no-compile: off only; --smoke: on
+          only, with the "eager" backend: dynamo's tracing without inductor's minutes of C++ compiling on a CPU).
+  hosted  one plain transformers.Trainer script (gpu_hosted_script.py) under `raytrainer launch --num_workers G`
+          against `torchrun --nproc_per_node G`, alternating, step time from the script's own stamps; once with
+          DDP, once with HF's fsdp="full_shard" (accelerate's FSDP cannot run on CPU: skipped there, said so).
+Where a target is missed, one more short run of each side records a torch.profiler summary (top kernels, the
+device's busy share of the window) in the JSON (--profile never|auto|always).
+
+One Ray and one worker group serve every part (raytrainer's pool keeps the group of the first run for the next
+ones). Step time is the median of rank 0's step durations after the first quarter. Ratios are reported, never
+asserted. Targets (issue 42): own/hand and hosted/torchrun <= 1.03, MFU own >= hand - 0.01 and >= 0.40 on an
+H100/H200, peak memory own/hand <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import gpu_loops  # noqa: E402
+from gpu_loops import Workload  # noqa: E402
+
+PARTS = ("own", "mfu", "hosted")
+HOSTED_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_hosted_script.py")
+TARGET_STEP, TARGET_MEM, TARGET_MFU = 1.03, 1.05, 0.40
+
+# fsdp.py's GPT-2-small-shaped model (163M with its untied head) on a GPU; a tiny one for the smoke run.
+GPT = {"gpu": (dict(vocab=50304, dim=768, layers=12, heads=12), dict(seq=1024, batch=8, steps=40, log_every=10)),
+       "smoke": (dict(vocab=128, dim=32, layers=2, heads=2), dict(seq=16, batch=4, steps=8, log_every=4))}
+LLAMA = {"gpu": (dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048),
+                 dict(seq=2048, batch=4, steps=24, log_every=8)),
+         "smoke": (dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
+                   dict(seq=32, batch=2, steps=8, log_every=4))}
+HOSTED_STEPS = {"gpu": 120, "smoke": 8}
+
+
+class Clock:
+    """The run's time budget: optional work is skipped once what is left would not cover it."""
+
+    def __init__(self, budget_s: float):
+        self.t0, self.budget = time.time(), budget_s
+
+    def left(self) -> float:
+        return self.budget - (time.time() - self.t0)
+
+
+def side(stamps: dict, w: Workload) -> dict:
+    perf = stamps["perf"][:len(stamps["perf"]) - w.profile_steps or None]
+    stats = common.step_stats(perf, w.warmup)
+    tokens_per_s = w.batch * w.seq * w.world / (stats["median_ms"] / 1e3)
+    return {**stats, "tokens_per_s": tokens_per_s, "peak_mem_mb": stamps.get("peak_mem_mb"),
+            "device_name": stamps.get("device_name"), "peak_flops": stamps.get("peak_flops"),
+            "profile": stamps.get("profile")}
+
+
+def pair(w: Workload, workdir: str, tag: str, hand_first: bool) -> dict:
+    """One round: the hand loop and raytrainer's on the same group, in the given order."""
+    out = {}
+    for name in ("hand", "own") if hand_first else ("own", "hand"):
+        stamps = gpu_loops.run_hand(w, workdir, f"{tag}-{name}") if name == "hand" \
+            else gpu_loops.run_raytrainer(w, workdir)
+        out[name] = side(stamps, w)
+        print(f"    {tag} {name}: {out[name]['median_ms']:.2f} ms/step (p25 {out[name]['p25_ms']:.2f})", flush=True)
+    out["ratio"] = out["own"]["median_ms"] / out["hand"]["median_ms"]
+    return out
+
+
+def profile_pair(w: Workload, workdir: str, tag: str) -> dict:
+    """A short profiled run of each side (top kernels, device busy share) for a missed target."""
+    short = replace(w, steps=max(8, w.steps // 2), profile_steps=3)
+    got = pair(short, workdir, f"{tag}-profile", hand_first=True)
+    return {name: got[name]["profile"] for name in ("hand", "own")}
+
+
+# ---------------------------------------------------------------------------------------------------- parts
+def part_own(opts, workdir: str, clock: Clock) -> dict:
+    size, shape = GPT[opts.size]
+    results = {}
+    for strategy in ("ddp", "fsdp"):
+        w = Workload(model="gpt", size=size, strategy=strategy, device=opts.device, bf16=opts.bf16, world=opts.world,
+                     **shape)
+        rounds = [pair(w, workdir, f"own-{strategy}-r{r}", hand_first=r % 2 == 0) for r in range(opts.rounds)]
+        ratios = [r["ratio"] for r in rounds]
+        result = {"rounds": rounds, "ratios": ratios, "median": statistics.median(ratios)}
+        if want_profile(opts, result["median"] > TARGET_STEP, clock, 60):
+            result["profile"] = profile_pair(w, workdir, f"own-{strategy}")
+        results[strategy] = result
+    return results
+
+
+def part_mfu(opts, workdir: str, clock: Clock) -> dict:
+    size, shape = LLAMA[opts.size]
+    compiles = [False] if opts.no_compile else [True] if opts.smoke else [True, False]
+    flops_per_token = None
+    results = {}
+    for compiled in compiles:
+        if compiled is False and len(compiles) > 1 and clock.left() < (150 if opts.device == "cuda" else 0):
+            results["off"] = {"skipped": f"time budget ({clock.left():.0f} s left)"}
+            continue
+        w = Workload(model="llama", size=size, device=opts.device, bf16=opts.bf16, world=opts.world,
+                     compile=compiled, compile_backend="inductor" if opts.device == "cuda" else "eager", **shape)
+        flops_per_token = flops_per_token or gpu_loops.llama_flops_per_token(w)
+        got = pair(w, workdir, f"mfu-{'on' if compiled else 'off'}", hand_first=True)
+        for name in ("hand", "own"):
+            got[name]["mfu"] = mfu(got[name], flops_per_token, w.world, opts)
+        got["peak_mem_ratio"] = got["own"]["peak_mem_mb"] / got["hand"]["peak_mem_mb"]
+        missed = got["own"]["mfu"] < got["hand"]["mfu"] - 0.01 or got["peak_mem_ratio"] > TARGET_MEM
+        if want_profile(opts, missed, clock, 120):
+            got["profile"] = profile_pair(w, workdir, "mfu")
+        results["on" if compiled else "off"] = got
+    return {"flops_per_token": flops_per_token, "params": gpu_loops.llama_params(Workload(model="llama", size=size)),
+            **results}
+
+
+def mfu(figures: dict, flops_per_token: float, world: int, opts) -> float:
+    peak = figures["peak_flops"] or opts.cpu_peak_flops  # the CPU's is nominal (smoke): no such table for CPUs
+    return flops_per_token * figures["tokens_per_s"] / (world * peak)
+
+
+def part_hosted(opts, workdir: str, clock: Clock) -> dict:
+    results = {}
+    for variant in ("ddp", "fsdp"):
+        if variant == "fsdp" and opts.device != "cuda":
+            results[variant] = {"skipped": "accelerate's FSDP cannot run on CPU"}
+            continue
+        rounds = []
+        for r in range(opts.rounds):
+            order = ("torchrun", "launch") if r % 2 == 0 else ("launch", "torchrun")
+            got = {name: run_hosted(name, variant, opts, workdir, f"{variant}-r{r}") for name in order}
+            got["ratio"] = got["launch"]["steady_step_ms"] / got["torchrun"]["steady_step_ms"]
+            print(f"    hosted {variant} r{r}: launch {got['launch']['steady_step_ms']:.2f} ms, torchrun "
+                  f"{got['torchrun']['steady_step_ms']:.2f} ms", flush=True)
+            rounds.append(got)
+        ratios = [r["ratio"] for r in rounds]
+        results[variant] = {"rounds": rounds, "ratios": ratios, "median": statistics.median(ratios)}
+    return results
+
+
+def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str) -> dict:
+    import raytrainer
+
+    stamps = os.path.join(workdir, f"hosted-{launcher}-{tag}.json")
+    script_args = ["--output_dir", os.path.join(workdir, f"hosted-{launcher}-{tag}"), "--stamps", stamps,
+                   "--max_steps", str(HOSTED_STEPS[opts.size]), "--size", opts.size] + \
+        (["--fsdp"] if variant == "fsdp" else [])
+    called = time.time()
+    if launcher == "launch":
+        raytrainer.launch(HOSTED_SCRIPT, script_args, num_workers=opts.world, use_gpu=opts.device == "cuda",
+                          disable_tqdm=True, resume=False)
+    else:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if opts.device != "cuda":
+            env["ACCELERATE_USE_CPU"] = "true"  # as the hosted job has it on CPU workers
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(opts.world),
+                        HOSTED_SCRIPT, *script_args], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    got = common.read_stamps(stamps)  # the script's start, train begin, every step end (wall clock)
+    return {"steady_step_ms": common.step_stats(got["steps"], 0.2)["median_ms"], "call_s": time.time() - called,
+            "to_script_s": got["started"] - called, "script_s": got["train_begin"] - got["started"],
+            "first_step_s": got["steps"][0] - got["train_begin"]}
+
+
+def want_profile(opts, missed: bool, clock: Clock, needs_s: float) -> bool:
+    return opts.profile == "always" or (opts.profile == "auto" and missed and clock.left() > needs_s)
+
+
+# --------------------------------------------------------------------------------------------------- report
+def nvidia_smi() -> dict:
+    try:
+        line = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        name, driver = (x.strip() for x in line.split(","))
+        return {"gpu": name, "driver": driver}
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+
+
+def summary(opts, parts: dict, elapsed: float) -> dict:
+    smi = nvidia_smi()
+    own, mfu_part, hosted_part = parts.get("own") or {}, parts.get("mfu") or {}, parts.get("hosted") or {}
+    compiled = mfu_part.get("on") or mfu_part.get("off") or {}
+    return {
+        "device": smi.get("gpu") or ("cpu" if opts.device == "cpu" else torch.cuda.get_device_name(0)),
+        "driver": smi.get("driver"), "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+        "rounds": opts.rounds, "workers": opts.world, "smoke": opts.smoke, "elapsed_s": round(elapsed, 1),
+        "own_over_hand_ddp": (own.get("ddp") or {}).get("median"),
+        "own_over_hand_fsdp": (own.get("fsdp") or {}).get("median"),
+        "hosted_over_torchrun": (hosted_part.get("ddp") or {}).get("median"),
+        "hosted_over_torchrun_fsdp": (hosted_part.get("fsdp") or {}).get("median"),
+        "mfu_own_1b": (compiled.get("own") or {}).get("mfu"), "mfu_hand_1b": (compiled.get("hand") or {}).get("mfu"),
+        "mfu_compiled": "on" in mfu_part and "own" in mfu_part["on"],
+        "peak_mem_own_over_hand": compiled.get("peak_mem_ratio"),
+    }
+
+
+def table(opts, head: dict, parts: dict):
+    rows = [[f"{name}: failed", "-", "-", "-", part["error"][:80], "", ""]
+            for name, part in parts.items() if "error" in part]
+    parts = {name: part for name, part in parts.items() if "error" not in part}
+    met = lambda ok: "-" if ok is None else ("yes" if ok else "NO")  # noqa: E731
+    for strategy, result in (parts.get("own") or {}).items():
+        of = {k: {stat: statistics.median(r[k][stat] for r in result["rounds"]) for stat in ("median_ms", "p25_ms")}
+              for k in ("own", "hand")}
+        rows.append([f"own/hand step ms, {strategy}", f"{of['own']['median_ms']:.2f} (p25 {of['own']['p25_ms']:.2f})",
+                     f"{of['hand']['median_ms']:.2f} (p25 {of['hand']['p25_ms']:.2f})", result["median"],
+                     " ".join(f"{x:.3f}" for x in result["ratios"]), f"<= {TARGET_STEP}",
+                     met(result["median"] <= TARGET_STEP)])
+    mfu_part = parts.get("mfu") or {}
+    for key in ("on", "off"):
+        got = mfu_part.get(key)
+        if not got:
+            continue
+        if "skipped" in got or "error" in got:
+            rows.append([f"1B compile {key}", "-", "-", "-", got.get("skipped") or got["error"][:60], "", ""])
+            continue
+        own, hand = got["own"], got["hand"]
+        floor = TARGET_MFU if opts.device == "cuda" else 0.0
+        rows += [[f"1B tokens/s, compile {key}", f"{own['tokens_per_s']:.0f}", f"{hand['tokens_per_s']:.0f}",
+                  own["tokens_per_s"] / hand["tokens_per_s"], "", "", ""],
+                 [f"1B MFU, compile {key}", f"{own['mfu']:.3f}", f"{hand['mfu']:.3f}", own["mfu"] - hand["mfu"],
+                  "(difference)", f">= hand-0.01, >= {floor}",
+                  met(own["mfu"] >= hand["mfu"] - 0.01 and own["mfu"] >= floor)],
+                 [f"1B peak mem MB, compile {key}", f"{own['peak_mem_mb']:.0f}", f"{hand['peak_mem_mb']:.0f}",
+                  got["peak_mem_ratio"], "", f"<= {TARGET_MEM}", met(got["peak_mem_ratio"] <= TARGET_MEM)]]
+    for variant, result in (parts.get("hosted") or {}).items():
+        if "median" not in result:
+            rows.append([f"hosted/torchrun {variant}", "-", "-", "-",
+                         (result.get("skipped") or result.get("error", ""))[:60], "", ""])
+            continue
+        launch = statistics.median(r["launch"]["steady_step_ms"] for r in result["rounds"])
+        torchrun = statistics.median(r["torchrun"]["steady_step_ms"] for r in result["rounds"])
+        rows.append([f"hosted/torchrun step ms, {variant}", f"{launch:.2f}", f"{torchrun:.2f}", result["median"],
+                     " ".join(f"{x:.3f}" for x in result["ratios"]), f"<= {TARGET_STEP}",
+                     met(result["median"] <= TARGET_STEP)])
+    notes = [f"{head['device']} (driver {head['driver'] or '-'}), torch {head['torch']}, {head['date']}, "
+             f"{opts.world} worker(s), {opts.rounds} round(s), {head['elapsed_s']} s in all"
+             + (" -- SMOKE: tiny models, figures mean nothing" if opts.smoke else ""),
+             "own = raytrainer's loop (hosted: raytrainer launch); base = the hand loop (hosted: torchrun); ratio: "
+             "median of the per-round ratios"]
+    if opts.device != "cuda":
+        notes.append(f"CPU: MFU over a nominal {opts.cpu_peak_flops:.0e} FLOP/s, peak memory = the worker "
+                     "process's peak RSS (not comparable between runs in one process)")
+    common.print_table("raytrainer on a GPU against what a user would otherwise run (reported, not asserted)",
+                       ["measure", "own", "base", "ratio", "per round", "target", "met"], rows, notes=notes)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--smoke", action="store_true", help="tiny models, few steps (CI; about a minute on CPU)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per comparison (default 3; --smoke 1)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {','.join(PARTS)}")
+    parser.add_argument("--no-compile", action="store_true", help="the 1B model without torch_compile only")
+    parser.add_argument("--profile", choices=("never", "auto", "always"), default=None,
+                        help="a torch.profiler summary per side: auto (default; --smoke: never) = where a target is "
+                             "missed and time is left")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="optional work stops when this runs out")
+    parser.add_argument("--cpu-peak-flops", type=float, default=1e11, help="nominal, for the CPU smoke's MFU")
+    parser.add_argument("--json", default=None)
+    opts = parser.parse_args(argv)
+    opts.rounds = opts.rounds or (1 if opts.smoke else 3)
+    opts.profile = opts.profile or ("never" if opts.smoke else "auto")
+    opts.size = "smoke" if opts.smoke or opts.device == "cpu" else "gpu"
+    opts.bf16 = opts.device == "cuda"
+    opts.world = max(torch.cuda.device_count(), 1) if opts.device == "cuda" else 1
+    wanted = [p.strip() for p in opts.parts.split(",") if p.strip()]
+    unknown = set(wanted) - set(PARTS)
+    if unknown:
+        parser.error(f"--parts: unknown {sorted(unknown)}; of {PARTS}")
+    clock = Clock(opts.budget_s)
+    common.quiet_ray_logs()
+    torch.set_num_threads(1 if opts.device == "cpu" else torch.get_num_threads())
+    started = common.start_ray()
+    print(f"Ray started in {started:.1f} s; parts {wanted}, {opts.world} x {opts.device}, {opts.rounds} round(s)",
+          flush=True)
+    workdir = tempfile.mkdtemp(prefix="raytrainer-bench-gpu-")
+    runners = {"own": part_own, "mfu": part_mfu, "hosted": part_hosted}
+    parts = {}
+    try:
+        for name in (p for p in PARTS if p in wanted):
+            t0 = time.time()
+            print(f"[{name}] ...", flush=True)
+            try:
+                parts[name] = runners[name](opts, workdir, clock)
+            except Exception as exc:  # one part's failure (an OOM, HF's FSDP) must not lose the others' figures
+                parts[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"[{name}] failed: {parts[name]['error'][:400]}", flush=True)
+            print(f"[{name}] {time.time() - t0:.0f} s", flush=True)
+    finally:
+        common.stop_ray()
+        shutil.rmtree(workdir, ignore_errors=True)
+    head = summary(opts, parts, time.time() - clock.t0)
+    table(opts, head, parts)
+    common.write_json(opts.json, {**head, "parts": parts, "options": vars(opts), "machine": common.machine_info()})
+    return 1 if any("error" in part for part in parts.values()) else 0
+
+if __name__ == "__main__":
+    sys.exit(main())
