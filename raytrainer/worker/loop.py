@@ -55,7 +55,7 @@ from .process_options import empty_cache_if_due, input_tokens, setup_process
 from .run_link import MicroStep
 from .step_sync import StepSync
 from .stopping import StopSignals
-from .throughput import ModelFlops, peak_flops
+from .throughput import ModelFlops, peak_flops, run_precision
 from .train_data import train_data
 from .watchdog import UNWATCHED, WAITING_FOR_A_PEER, watch_events, watching
 
@@ -206,7 +206,8 @@ class TrainLoop:
         self._setup()
         trainer, ctx, state = self.trainer, self.ctx, self.trainer.state
         self.meter = Meter(ctx.device, self.args.logging_nan_inf_filter,  # throughput keys: worker/throughput.py
-                           ModelFlops.of(trainer.model), peak_flops(ctx.device, self.args.peak_flops_per_device))
+                           ModelFlops.of(trainer.model),
+                           peak_flops(ctx.device, self.args.peak_flops_per_device, run_precision(self.args)))
         self.nonfinite = NonFiniteGuard(self.args.on_nonfinite_loss, ctx)  # on_nonfinite_loss (worker/nonfinite.py)
         start_time, start_step = time.time(), state.global_step
         trainer.optimizer.zero_grad(set_to_none=True)
