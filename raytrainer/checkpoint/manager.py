@@ -28,8 +28,9 @@ from ..verbosity import notice
 from ..worker_context import WorkerContext
 from . import lease, manifest
 from .async_shards import ShardGroups, save_sharded_async
-from .damage import CheckpointDamagedError, check_bytes, parsing, verify
-from .listing import TRAINER_STATE_NAME, checkpoint_name, list_checkpoints, remove_partial
+from .choice import choose
+from .damage import CheckpointDamagedError, check_bytes, parsing
+from .listing import TRAINER_STATE_NAME, checkpoint_name
 from .model_io import load_checkpoint_weights
 from .sharded import (
     OPTIMIZER_DIR,
@@ -175,58 +176,24 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------ resuming
     def find_resume_url(self, requested: Optional[str]) -> Optional[str]:
-        """This run's newest committed checkpoint (we are a restarted worker group), else `requested`.
+        """This run's newest committed, intact checkpoint (we are a restarted worker group), else `requested`.
 
         Decided on rank 0 and broadcast, so every rank loads the same checkpoint."""
         url = None
         self.writer.wait()  # a save of this manager still in flight is committed (or failed) before we look
         if self.ctx.is_main:
             self._check_lease()  # missing: the storage lost this run's data; do not start again from step 0
-            removed = self.retry.call(lambda: remove_partial(self.output_dir, self.storage_options),
-                                      self.output_dir, "removing unfinished checkpoints")
-            if removed:
-                notice(f"removed {len(removed)} unfinished checkpoint(s) under {self.output_dir}: "
-                       + ", ".join(basename(r) for r in removed))
-            url = self._newest_of_run()  # a restarted group: it says from which
+            # A restarted group: this run's own checkpoints only, never an earlier run's (choice.py says which).
+            url = choose(self.output_dir, self.storage_options, run_id=self.run_id, remove_unfinished=True,
+                         retry=self.retry, doing="restarting this run").url
             if url is None and requested is not None:
                 url = requested
                 notice(f"resuming from {basename(url)} under {self.output_dir}")
         return self.ctx.broadcast_object(url)
 
-    def _newest_of_run(self) -> Optional[str]:
-        """This run's newest committed checkpoint whose files still match their manifest's sizes; a damaged one
-        is passed over, said on the console, and left in place (the load verifies checksums)."""
-        infos = self.retry.call(lambda: list_checkpoints(self.output_dir, self.storage_options), self.output_dir,
-                                "listing checkpoints")
-        damaged = []
-        for info in reversed(infos):
-            if not (info.committed or info.damaged):
-                continue
-            try:
-                state = self._read_state(info.url)
-            except CheckpointDamagedError as exc:  # whose it is cannot be told: not resumed, not deleted
-                damaged.append(f"{basename(info.url)} ({exc.name}: {exc.problem})")
-                continue
-            if state.own.get("run_id") != self.run_id:
-                continue
-            if info.damaged:
-                damaged.append(f"{basename(info.url)} ({info.damaged})")
-                continue
-            # Sizes match: read every file against its checksum too (same-size damage), before any rank loads it.
-            damage = self.retry.call(lambda url=info.url: verify(url, self.storage_options), info.url,
-                                     "verifying checksums")
-            if damage is not None:
-                damaged.append(f"{basename(info.url)} ({damage.name}: {damage.problem})")
-                continue
-            passed = f": this run's newer checkpoints are damaged: {'; '.join(damaged)}. They are left in place" \
-                if damaged else f" (this run's newest) under {self.output_dir}"
-            notice(f"restarting from {basename(info.url)}{passed}")
-            return info.url
-        return None
-
     def _state_bytes(self, url: str) -> bytes:
-        """Checkpoint `url`'s trainer_state.json, read once for a resume (which checkpoint, its global batch, the
-        restore); `restore` forgets it, so a later checkpoint of the same name is read afresh."""
+        """Checkpoint `url`'s trainer_state.json, read once for a resume (its global batch, the restore);
+        `restore` forgets it, so a later checkpoint of the same name is read afresh."""
         if url not in self._resume_states:
             self._resume_states[url] = self.retry.call(
                 lambda: read_bytes(join(url, TRAINER_STATE_NAME), self.storage_options), url,

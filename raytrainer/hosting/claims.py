@@ -9,7 +9,7 @@ travels in the decision (`HostedClaimReply`). Here, before the answer:
   resuming on (the default) the last committed, intact checkpoint that this same Trainer wrote (its class,
   recorded in the manifest, and where several Trainers of that class wrote the output_dir, its place among the
   script's Trainers), passing over damaged ones by name; a partial checkpoint (a write that never finished) is
-  removed first, and said so.
+  removed first, and said so (checkpoint/choice.py, the choice a resume and a restart make too).
 
 Every other event goes to the driver's callbacks, as for raytrainer's own Trainer; each Trainer's train()
 starts a fresh state mirror, and the reporters its arguments named (report_to) start on the driver.
@@ -23,9 +23,9 @@ from typing import Any, Dict, Optional
 from .. import storage
 from ..callbacks.base import CallbackHandler
 from ..callbacks.reporters import reporter_callbacks
-from ..checkpoint import lease
+from ..checkpoint import choice, lease
 from ..checkpoint.damage import verify
-from ..checkpoint.listing import checkpoint_dirs, read_trainer_state, remove_partial
+from ..checkpoint.listing import read_trainer_state
 from ..checkpoint.manifest import read_manifest
 from ..coordinator import cluster
 from ..errors import ConfigError, StorageError
@@ -135,42 +135,18 @@ class HostedHandler:
         if requested is False or (requested is None and not self.resume and not restart):
             return None
         if isinstance(requested, str):
-            return self._named(requested)
-        removed = remove_partial(url, self.storage_options)
-        if removed:
-            notice(f"removed {len(removed)} unfinished checkpoint(s) under {url}: "
-                   + ", ".join(basename(r) for r in removed))
-        mine = (lambda writer: writer.get("run") == self.run_id) if restart and not self.resume else None
-        damaged, others, candidates = [], set(), []
-        for _, ckpt in checkpoint_dirs(url, self.storage_options):
-            manifest = read_manifest(ckpt, self.storage_options)
-            if manifest is None:
-                continue
-            writer = manifest.get("written_by") or {}
-            if writer.get("trainer") != claim.trainer:
-                others.add(writer.get("trainer", "raytrainer.Trainer"))
-            elif mine is None or mine(writer):
-                candidates.append((manifest.get("created", ""), manifest["step"], ckpt, manifest))
-        # Two Trainers of one class writing one output_dir (a script's first and second SFT) are told apart by
-        # their place among the script's Trainers; alone in it, a Trainer is itself wherever the script builds it.
-        if len({c[3]["written_by"].get("index") for c in candidates}) > 1:
-            candidates = [c for c in candidates if c[3]["written_by"].get("index") == claim.index]
-        # The newest is the last committed (a run started afresh writes lower steps after a longer old run's).
-        for _, step, ckpt, manifest in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
-            damage = verify(ckpt, self.storage_options, manifest)
-            if damage is not None:
-                damaged.append(damage)
-                continue
-            why = ("; passed over " + "; ".join(f"{basename(d.ckpt_url)} ({d.name}: {d.problem})" for d in damaged)
-                   + " (left in place)") if damaged else ""
-            notice(f"{_short(claim.trainer)} resumes from {basename(ckpt)} (step {step}) under {url}{why}")
-            return ckpt
-        if damaged:
-            notice(f"{_short(claim.trainer)} starts from step 0: every checkpoint it wrote under {url} is damaged ("
-                   + "; ".join(f"{basename(d.ckpt_url)}: {d.name}: {d.problem}" for d in damaged) + ")")
-        elif others and not candidates:
+            return choice.choose(url, self.storage_options, named=requested, hf_folders=True).url
+        found = choice.choose(url, self.storage_options, trainer=claim.trainer, index=claim.index,
+                              run_id=self.run_id if restart and not self.resume else None, by_commit_time=True,
+                              remove_unfinished=True, doing=f"{_short(claim.trainer)} resumes")
+        if found.url is not None:
+            return found.url
+        if found.damaged:
+            notice(f"{_short(claim.trainer)} starts from step 0: every checkpoint it wrote under {url} is damaged; "
+                   + found.passed_over())
+        elif found.others_only:
             notice(f"{_short(claim.trainer)} starts from step 0: the checkpoints under {url} were written by "
-                   f"another trainer ({', '.join(sorted(map(_short, others)))})")
+                   f"another trainer ({', '.join(sorted(map(_short, found.others_only)))})")
         if requested is True:
             raise ConfigError(f"resume_from_checkpoint=True, but {url} holds no intact checkpoint of this "
                               f"{_short(claim.trainer)}.")
@@ -187,24 +163,6 @@ class HostedHandler:
         if url == ckpt or read_manifest(url, self.storage_options) is None:
             return ()
         return (url,) if verify(url, self.storage_options) is None else ()
-
-    def _named(self, requested: str) -> str:
-        """resume_from_checkpoint=<path or URL>: a committed checkpoint is checked against its manifest; a folder
-        HF wrote without raytrainer is passed to HF as it is."""
-        url = storage.absolute_if_local(requested)
-        manifest = read_manifest(url, self.storage_options)
-        if manifest is not None:
-            damage = verify(url, self.storage_options, manifest)
-            if damage is not None:
-                raise damage
-            return url
-        if storage.is_local(url) and storage.exists(url, self.storage_options):
-            return url
-        if not storage.is_local(url):
-            raise ConfigError(f"resume_from_checkpoint={requested!r} is not a committed checkpoint (no manifest): "
-                              "from a URL, only checkpoints a raytrainer run committed are fetched. Copy the folder "
-                              "to a local path and pass that.")
-        raise ConfigError(f"resume_from_checkpoint={requested!r}: no such checkpoint.")
 
 
 def _connected() -> bool:

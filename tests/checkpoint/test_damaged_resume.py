@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from raytrainer.checkpoint import listing, manifest, resume
-from raytrainer.checkpoint.damage import CheckpointDamagedError
+from raytrainer.checkpoint import listing, manifest
+from raytrainer.checkpoint.damage import CheckpointDamagedError, verify
 from tests.models import assert_same_weights, weights
 from tests.resume_script import SlowTrainer, TokenData, make_model, training_args
 
@@ -49,13 +49,13 @@ def test_damaged_newest_checkpoints_fall_back_exactly_and_are_kept(finished, tmp
     resumed = _train(out, resume_from=True)
 
     err = capfd.readouterr().err
-    assert "resuming from checkpoint-4" in err and "checkpoint-12 is damaged (model.safetensors" in err
-    assert "checkpoint-8 is damaged (optimizer.pt" in err
+    assert "resuming from checkpoint-4 (step 4)" in err and "passed over checkpoint-12 (model.safetensors" in err
+    assert "checkpoint-8 (optimizer.pt" in err and "damaged, left in place" in err
     assert_same_weights(weights(resumed.model), finished[1])
     # The damaged ones were set aside when their steps were saved again, every file kept.
     for step in (8, 12):
         assert manifest.read_manifest(f"{out}/checkpoint-{step}.damaged") is not None
-        assert resume.verify(f"{out}/checkpoint-{step}") is None  # the new ones are intact
+        assert verify(f"{out}/checkpoint-{step}") is None  # the new ones are intact
     assert [i.step for i in listing.list_checkpoints(out) if i.committed] == [4, 8, 12]
 
 

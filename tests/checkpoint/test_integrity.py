@@ -14,7 +14,7 @@ import torch
 
 from raytrainer import storage
 from raytrainer.checkpoint import listing, manifest, resume
-from raytrainer.checkpoint.damage import CheckpointDamagedError
+from raytrainer.checkpoint.damage import CheckpointDamagedError, verify
 from raytrainer.checkpoint.model_io import load_model_state, save_model_files
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
 from raytrainer.checkpoint.writer import clear_leftover, write_snapshot
@@ -53,7 +53,7 @@ def test_every_committed_file_has_the_checksum_of_its_bytes(store):
         "training_args.json"}
     for name, checksum in committed["checksums"].items():
         assert checksum == of_bytes(storage.read_bytes(storage.join(url, name), store.options)), name
-    assert resume.verify(url, store.options) is None
+    assert verify(url, store.options) is None
 
 
 def test_state_files_leave_torchs_zip_crc32_to_our_checksum_and_load_as_any(store):
@@ -66,7 +66,7 @@ def test_state_files_leave_torchs_zip_crc32_to_our_checksum_and_load_as_any(stor
     data = storage.read_bytes(storage.join(url, "optimizer.pt"), store.options)
     assert zipfile.ZipFile(io.BytesIO(data)).testzip() is not None  # a zip reader that checks CRCs objects
     assert torch.load(io.BytesIO(data), weights_only=False) == {"state": {}, "param_groups": []}
-    assert resume.verify(url, store.options) is None
+    assert verify(url, store.options) is None
 
 
 def test_same_size_corruption_is_refused_naming_file_and_checkpoint(store):
@@ -98,7 +98,7 @@ def test_true_falls_back_to_the_newest_intact_one_and_says_so(store, capfd):
     _overwrite(store, newest, "optimizer.pt", -100, b"\x00" * 10)
     assert resume.resolve(store.url, True, store.options) == store.join("checkpoint-4")
     err = capfd.readouterr().err
-    assert "resuming from checkpoint-4" in err and "checkpoint-8 is damaged (optimizer.pt" in err
+    assert "resuming from checkpoint-4 (step 4)" in err and "passed over checkpoint-8 (optimizer.pt" in err
     with pytest.raises(CheckpointDamagedError):  # a path is never replaced by another checkpoint
         resume.resolve(store.url, newest, store.options)
 
@@ -126,7 +126,7 @@ def test_a_damaged_leftover_is_set_aside_when_its_step_is_saved_again(store):
     assert [s for s, _ in listing.checkpoint_dirs(store.url, store.options)] == []  # not a checkpoint-N any more
     _save(store, 8)  # the new one takes the step's name; an intact leftover is simply replaced
     _save(store, 8)
-    assert resume.verify(url, store.options) is None
+    assert verify(url, store.options) is None
 
 
 def test_old_manifest_without_checksums_loads_by_size(store):
