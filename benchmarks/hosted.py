@@ -1,17 +1,26 @@
 """The hosted mode's cost: one TRL SFT script under torchrun and under `raytrainer launch`, 2 processes each.
 
-    python benchmarks/hosted.py                 # ~3 min on 2 cores
-    python benchmarks/hosted.py --steps 200 --rounds 2 --json /tmp/hosted.json
+    python benchmarks/hosted.py                 # 3 pairs of 200 steps: ~3-4 min on 2 cores
+    python benchmarks/hosted.py --steps 300 --pairs 5 --json /tmp/hosted.json
+    python benchmarks/hosted.py --torchrun-alone  # Ray stopped while torchrun runs: ~5-6 min
 
 The script (benchmarks/hosted_sft.py) stamps, on rank 0, its own start (before its imports), train begin and
-every step end. Reported, for each launcher and round:
+every step end. Ray and the worker group are started first by one untimed launch (its start-up is reported);
+then each pair runs torchrun and `raytrainer launch` (on the warm group) one after the other, in alternating
+order (t h, h t, ...), so a host whose speed drifts by minutes weighs on both sides alike. Reported per run:
   steady step    the median step time over the steps after the first 20% (the same code runs in both:
-                 HF's loop, DDP over gloo; the difference is what hosting adds per step: the relay callback)
-  start-up       torchrun: launch -> script start (processes), script start -> train begin (imports, model,
-                 data), train begin -> first step end; launch: Ray's start (first round only), the call ->
-                 script start (worker group start and the job's dispatch: a new group the first time, the
-                 warm one after), then the script's own phases as for torchrun
-Ratio (reported, not asserted): hosted / torchrun steady step, target <= 1.05.
+                 HF's loop, DDP over gloo; the difference is what hosting adds per step)
+  rank cpu       CPU time per step of each rank's process (all its threads), read from /proc over the steady
+                 steps: what the rank itself spends, which the machine's other load barely moves
+  others         CPU cores used meanwhile by every other process this benchmark started (Ray's, the driver's
+                 pump; the sampler's own thread left out): on 2 cores, taken from the ranks' time
+  start-up       call -> script start (torchrun: its processes; launch: the job's dispatch to the warm group),
+                 script start -> train begin (imports, model, data), train begin -> first step end
+Ratio (reported, not asserted): hosted / torchrun steady step per pair, and its median; target <= 1.05.
+By default torchrun runs beside the idle Ray instance and worker group (their idle CPU is in its "others"):
+the ratio is what hosting adds to a machine where Ray runs anyway. `--torchrun-alone` stops Ray (and the
+group) before each torchrun run and starts both again for the launch (a new group each time, whose start is
+not in the steady step): the ratio a user who runs torchrun on a machine of its own compares with.
 """
 
 from __future__ import annotations
@@ -23,32 +32,104 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import common
 
 sys.path.insert(0, common.REPO_ROOT)
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosted_sft.py")
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def phases(stamps: dict, called: float) -> dict:
+class ProcessCPU:
+    """CPU seconds of every process this one started (children of children included), sampled every
+    `every_s` in a thread: the ranks (the processes whose command line holds `rank_marker`: the script's path
+    under torchrun, RayTrainWorker under Ray; an idle worker group beside torchrun is among the others) apart
+    from the others. The sampler's own CPU is counted apart so that it can be taken out of this process's."""
+
+    def __init__(self, rank_marker: bytes, every_s: float = 1.0):
+        self.rank_marker, self.every_s, self.samples, self.own_s = rank_marker, every_s, [], 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hosted-bench-cpu", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._done.is_set():
+            start = time.thread_time()
+            ranks, others = self._read()
+            self.own_s += time.thread_time() - start
+            self.samples.append((time.time(), ranks, others, self.own_s))
+            self._done.wait(self.every_s)
+
+    def _read(self):
+        """(CPU s of the rank processes, CPU s of the others): descendants of this process, this one included."""
+        table = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    text = f.read()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    command = f.read()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) * TICK_S,
+                                 self.rank_marker in command)
+        children = {}
+        for pid, (parent, _, _) in table.items():
+            children.setdefault(parent, []).append(pid)
+        ranks = others = 0.0
+        todo = [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            _, cpu, is_rank = table.get(pid, (0, 0.0, False))
+            if is_rank:
+                ranks += cpu
+            else:
+                others += cpu
+            todo.extend(children.get(pid, ()))
+        return ranks, others
+
+    def over(self, steps: list) -> dict:
+        """Over the samples inside the steady steps: each rank's CPU ms per step, the others' cores."""
+        inside = [s for s in self.samples if steps[0] <= s[0] <= steps[-1]]
+        if len(inside) < 2:
+            return {"rank_cpu_ms": None, "other_cores": None}
+        (t0, r0, o0, own0), (t1, r1, o1, own1) = inside[0], inside[-1]
+        count = sum(1 for t in steps if t0 < t <= t1)
+        return {"rank_cpu_ms": 1000 * (r1 - r0) / 2 / max(count, 1),
+                "other_cores": ((o1 - o0) - (own1 - own0)) / (t1 - t0)}
+
+
+def phases(stamps: dict, called: float, cpu: ProcessCPU) -> dict:
     steps = stamps["steps"]
     gaps = [b - a for a, b in zip(steps, steps[1:])]
     steady = gaps[len(gaps) // 5:]
     return {"to_script_s": stamps["started"] - called, "script_s": stamps["train_begin"] - stamps["started"],
             "first_step_s": steps[0] - stamps["train_begin"], "steady_step_ms": 1000 * statistics.median(steady),
-            "steps": len(steps)}
+            "steps": len(steps), **cpu.over(steps[len(gaps) // 5:])}
 
 
 def run_torchrun(steps: int, root: str) -> dict:
     stamps = os.path.join(root, "torchrun.json")
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     called = time.time()
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", SCRIPT,
-                    "--output_dir", os.path.join(root, "torchrun"), "--max_steps", str(steps), "--stamps", stamps],
-                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with ProcessCPU(SCRIPT.encode()) as cpu:
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", SCRIPT,
+                        "--output_dir", os.path.join(root, "torchrun"), "--max_steps", str(steps),
+                        "--stamps", stamps], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(stamps) as f:
-        return {**phases(json.load(f), called), "call_s": time.time() - called}
+        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
 
 
 def run_launch(steps: int, root: str, tag: str) -> dict:
@@ -56,43 +137,81 @@ def run_launch(steps: int, root: str, tag: str) -> dict:
 
     stamps = os.path.join(root, f"{tag}.json")
     called = time.time()
-    raytrainer.launch(SCRIPT, ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps),
-                               "--stamps", stamps], num_workers=2, disable_tqdm=True, resume=False)
+    with ProcessCPU(b"RayTrainWorker") as cpu:
+        raytrainer.launch(SCRIPT, ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps),
+                                   "--stamps", stamps], num_workers=2, disable_tqdm=True, resume=False)
     with open(stamps) as f:
-        return {**phases(json.load(f), called), "call_s": time.time() - called}
+        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+
+
+def start_ray():
+    """Ray as `raytrainer launch` starts it; the seconds it took, None where it was running."""
+    import ray
+
+    from raytrainer.coordinator import cluster
+
+    if ray.is_initialized():
+        return None
+    started = time.time()
+    cluster.connect()
+    return time.time() - started
+
+
+def stop_ray():
+    """The worker group, then Ray: nothing of Ray's left to share the cores with torchrun."""
+    import ray
+
+    from raytrainer.coordinator import holders
+
+    holders.release_all()
+    ray.shutdown()
+
+
+def row(pair, name: str, figures: dict, load: float) -> list:
+    return [pair, name, common.fmt(figures["steady_step_ms"]), common.fmt(figures["rank_cpu_ms"]),
+            common.fmt(figures["other_cores"]), common.fmt(figures["to_script_s"]), common.fmt(figures["script_s"]),
+            common.fmt(figures["first_step_s"]), common.fmt(figures["call_s"]), f"{load:.1f}"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--torchrun-alone", action="store_true", help="no Ray running while torchrun runs")
     parser.add_argument("--json")
     options = parser.parse_args()
-    rows, ratios = [], []
+    rows, ratios, runs = [], [], []
     with tempfile.TemporaryDirectory() as root:
-        ray_s = None
-        for round_ in range(options.rounds):
-            torchrun = run_torchrun(options.steps, root)
-            if ray_s is None:
-                t0 = time.time()
-                from raytrainer.coordinator import cluster
-
-                cluster.connect()
-                ray_s = time.time() - t0
-            hosted = run_launch(options.steps, root, f"launch-{round_}")
-            ratios.append(hosted["steady_step_ms"] / torchrun["steady_step_ms"])
-            for name, figures in (("torchrun", torchrun), (f"raytrainer launch ({'new' if round_ == 0 else 'warm'}"
-                                                            " group)", hosted)):
-                rows.append([round_, name, common.fmt(figures["steady_step_ms"]), common.fmt(figures["to_script_s"]),
-                             common.fmt(figures["script_s"]), common.fmt(figures["first_step_s"]),
-                             common.fmt(figures["call_s"])])
-    common.print_table(f"Hosted SFT, 2 processes, {options.steps} steps (Ray start: {ray_s:.1f} s, once)",
-                       ["round", "launcher", "steady_step_ms", "to_script_s", "script_s", "first_step_s", "call_s"],
-                       rows, notes=[f"hosted / torchrun steady step, per round: "
+        ray_s = start_ray()
+        first = run_launch(options.steps, root, "launch-first")  # the group's start: not in a pair
+        rows.append(row("-", "raytrainer launch (new group)", first, os.getloadavg()[0]))
+        for pair in range(options.pairs):
+            order = ("torchrun", "launch") if pair % 2 == 0 else ("launch", "torchrun")
+            figures = {}
+            for name in order:
+                if name == "torchrun":
+                    if options.torchrun_alone:
+                        stop_ray()
+                    figures[name] = run_torchrun(options.steps, root)
+                else:
+                    group = "new group" if start_ray() is not None else "warm group"
+                    figures[name] = run_launch(options.steps, root, f"launch-{pair}")
+                rows.append(row(pair, name if name == "torchrun" else f"raytrainer launch ({group})",
+                                figures[name], os.getloadavg()[0]))
+            ratios.append(figures["launch"]["steady_step_ms"] / figures["torchrun"]["steady_step_ms"])
+            runs.append(figures)
+            print(f"[pair {pair + 1}/{options.pairs}] hosted / torchrun {ratios[-1]:.3f} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    beside = "torchrun with no Ray running" if options.torchrun_alone else "torchrun beside the idle Ray and group"
+    common.print_table(f"Hosted SFT, 2 processes, {options.steps} steps, {beside} (Ray start: {ray_s:.1f} s)",
+                       ["pair", "launcher", "steady_step_ms", "rank_cpu_ms", "other_cores", "to_script_s",
+                        "script_s", "first_step_s", "call_s", "load"],
+                       rows, notes=[f"hosted / torchrun steady step, per pair: "
                                     f"{', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}"
                                     " (target <= 1.05)"])
     common.write_json(options.json, {"machine": common.machine_info(), "rows": rows, "ratios": ratios,
-                                     "ray_start_s": ray_s})
+                                     "runs": runs, "first_launch": first, "ray_start_s": ray_s,
+                                     "torchrun_alone": options.torchrun_alone})
 
 
 if __name__ == "__main__":
