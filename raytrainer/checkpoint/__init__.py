@@ -7,7 +7,8 @@
     listing.py        the checkpoints of an output_dir: committed, partial, damaged, best, newest
     retention.py      save_total_limit: the oldest committed checkpoints deleted, never the newest or the best
     lease.py          one run per output_dir; the run's canary on storage
-    resume.py         which checkpoint a run resumes from, verified on the driver
+    choice.py         the one choice of the checkpoint to resume from (driver, restart, hosted claim)
+    resume.py         the driver's resume: choice.py's pick, or the error when none fits
     manager.py        the worker loop's view: save when due, resume, track the best
     model_io.py       model weights: save_pretrained or model.safetensors, read back verified
     peft_io.py        a PEFT model's adapters (adapter_model.safetensors) loaded back into it
