@@ -506,6 +506,9 @@ def write_results(trainer, case: str, results_dir: str, extras: dict) -> None:
         "case": case,
         "global_step": trainer.state.global_step,
         "log_history": trainer.state.log_history,
+        # compared like any extra: runs at different thread counts may round differently, and a mismatch is
+        # named here instead of as a weight that differs in its last digits
+        "torch_threads": torch.get_num_threads(),
         **extras,
     }
     with open(os.path.join(results_dir, f"{case}.json"), "w") as f:

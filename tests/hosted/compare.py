@@ -42,7 +42,7 @@ import torch
 from safetensors.torch import load_file
 
 TIMING_SUFFIXES = ("_runtime", "_per_second", "step_time")
-EXTRA_SKIP = {"wall_time_s", "log_history"}
+EXTRA_SKIP = {"wall_time_s", "log_history", "torch_threads"}
 
 
 def is_timing_key(key: str) -> bool:
@@ -142,6 +142,12 @@ def compare_case(dir_a: str, dir_b: str, case: str, rel: float = 1e-5, atol: flo
     assert res_a.get("global_step") == res_b.get("global_step"), (
         f"[{case}] global_step A={res_a.get('global_step')} B={res_b.get('global_step')}"
     )
+    # Where both sides recorded their torch thread count (cases.py does; the Python API's driver-side view does
+    # not), a difference is named first: it rounds some operations differently, and would show as a weight off in
+    # its last digits.
+    threads = res_a.get("torch_threads"), res_b.get("torch_threads")
+    assert None in threads or threads[0] == threads[1], (
+        f"[{case}] ran at {threads[0]} torch thread(s) in A and {threads[1]} in B: compare at the same count")
     extra_keys = (set(res_a) | set(res_b)) - EXTRA_SKIP
     for key in sorted(extra_keys):
         assert key in res_a and key in res_b, f"[{case}] result key {key!r} only in {'A' if key in res_a else 'B'}"

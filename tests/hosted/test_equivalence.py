@@ -55,7 +55,9 @@ def test_raytrainer_launch_gives_torchruns_numbers(case, torchrun_results, launc
 
 
 def test_the_layerwise_optimizer_on_one_worker_gives_one_process_numbers(tmp_path, ray_session):
-    """HF refuses layer-wise optimizers under DDP; one worker runs the script as one plain process would."""
+    """HF refuses layer-wise optimizers under DDP; one worker runs the script as one plain process would, at the
+    worker's thread count (one, for a 1-CPU worker; tests/conftest.py runs this process at one thread too, and the
+    results record each side's count, which compare_case checks)."""
     args = ["--cases", "galore_layerwise"]
     with sandbox():  # the plain process: this one (what the script changes in it is put back)
         cases.main(["--output_root", str(tmp_path / "plain"), "--results_dir", str(tmp_path / "plain-results"),
