@@ -11,7 +11,8 @@ import time
 import pytest
 
 from raytrainer import storage
-from raytrainer.checkpoint import lease, manifest, resume
+from raytrainer.checkpoint import lease, manifest
+from raytrainer.checkpoint.damage import verify
 from raytrainer.checkpoint.model_io import save_model_files
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
 from raytrainer.checkpoint.writer import CheckpointWriter, write_snapshot
@@ -65,7 +66,7 @@ def test_an_outage_is_ridden_out(s3_server, s3_bucket):
     started = time.monotonic()
     write_snapshot(snapshot, url, save, opts, retry=Retry(timeout_s=60, storage_options=opts))
     assert time.monotonic() - started >= 3.5
-    assert resume.verify(url, opts) is None  # committed, every checksum right
+    assert verify(url, opts) is None  # committed, every checksum right
     proxy.close()
 
 

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from raytrainer import Trainer, TrainerCallback
-from raytrainer.checkpoint import lease, listing, resume
+from raytrainer.checkpoint import lease, listing
+from raytrainer.checkpoint.damage import verify
 from raytrainer.storage.errors import StorageLostError
 from tests.models import assert_same_weights, weights
 from tests.resume_script import SlowTrainer, TokenData, make_model, training_args
@@ -62,7 +63,7 @@ def test_a_10s_outage_between_saves_is_ridden_out(s3_server, s3_bucket, uninterr
     assert time.monotonic() - cut_at[0] >= 9.5  # the run waited the outage out, then finished
     assert_same_weights(weights(trainer.model), uninterrupted)
     for step in (4, 8, 12):
-        assert resume.verify(f"{s3_bucket}/run/checkpoint-{step}", opts) is None
+        assert verify(f"{s3_bucket}/run/checkpoint-{step}", opts) is None
     proxy.close()
 
 
