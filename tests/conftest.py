@@ -7,13 +7,24 @@ import os
 import sys
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from tests.s3server import s3_bucket, s3_server  # noqa: F401  (fixtures)
 from tests.support import SESSION_CPUS
 
+pytest_plugins = ("tests.group_starts",)  # the worker groups each test starts, summed at the end of the run
+
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+# Torch in this process on one thread, as in every worker it is compared with: Ray gives a 1-CPU worker
+# OMP_NUM_THREADS=1, torchrun gives each of its processes the same. The references computed here (transformers in
+# one process, a script run in this process) are then computed at the worker's thread count: on some CPUs two
+# threads round a reduction differently from one (GaLore's projection differed by 4.7e-05 on an AMD EPYC host).
+# Set before any test imports torch's kernels; subprocess drivers inherit it through the environment.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 # This Ray is one node: no node of it can be drained, so Ray Train's node-drain watcher (an actor started
@@ -52,7 +63,30 @@ SECOND_PROCESS = SUBPROCESS_DRIVERS_FIRST + ("tests/integration/test_resume.py",
                                              "tests/integration/test_ray_data_two_cpus.py")
 
 
+# What makes a test slow (the `slow` marker, for `pytest -m "not slow"`): a Ray, a subprocess driver or a torchrun
+# (everything in tests/integration/ and tests/hosted/ but its unit files, and any test that asks for the session's
+# Ray), or a run of seconds in process (SLOW_IN_PROCESS, the unit files measured at 3 s or more a test).
+SLOW_FIXTURES = ("ray_session", "join_session_ray")
+SLOW_PATHS = ("tests/integration/", "tests/hosted/test_equivalence.py", "tests/hosted/test_launch_on_ray.py",
+              "tests/hosted/test_api_on_ray.py")
+SLOW_IN_PROCESS = ("tests/preflight/test_launchers.py", "tests/seq2seq/test_summarization_script.py",
+                   "tests/checkpoint/test_async_sharded.py", "tests/strategy/test_precision.py",
+                   "tests/seq2seq/test_seq2seq_in_process.py", "tests/storage/test_probe.py",
+                   "tests/checkpoint/test_storage_faults.py", "tests/worker/test_memory.py",
+                   "tests/arguments/test_transformers_behaviour.py", "tests/arguments/test_scaling.py",
+                   "tests/checkpoint/test_listing.py", "tests/test_lint.py", "tests/checkpoint/test_lease.py")
+
+
+def is_slow(item) -> bool:
+    return (item.nodeid.startswith(SLOW_PATHS + SLOW_IN_PROCESS)
+            or any(name in SLOW_FIXTURES for name in getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
     def place(item) -> tuple:
         if item.nodeid.startswith(SUBPROCESS_DRIVERS_FIRST):
             return (0, 0)
