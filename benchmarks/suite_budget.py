@@ -38,7 +38,8 @@ KINDS = (
                                "ray/_private", "ray-dashboard", "plasma", "ray start"))),
     ("torchrun and its processes", lambda c: "torch.distributed.run" in c or "torchrun" in c or "--nproc" in c),
     ("moto (S3 on loopback)", lambda c: "moto" in c),
-    ("pytest (the test processes)", lambda c: "pytest" in c or "xdist" in c or "exec(eval(sys.stdin" in c),
+    # (a driver's own command line may name a /tmp/pytest-of-... folder: the program decides, not the arguments)
+    ("pytest (the test processes)", lambda c: "-m pytest" in c or "bin/pytest" in c or "exec(eval(sys.stdin" in c),
     ("ruff", lambda c: "ruff" in c),
     ("subprocess drivers and scripts", lambda c: "python" in c),
 )
