@@ -20,6 +20,10 @@ Parts (`--parts`, all by default), G = the visible GPUs (1 worker on CPU):
 Where a target is missed, one more short run of each side records a torch.profiler summary (top kernels, the
 device's busy share of the window) in the JSON (--profile never|auto|always).
 
+On a GPU, rounds after the first are run only while the --budget-s left covers the parts after them, and the JSON
+is written after every part ("complete": false until the end, "rounds_run" per comparison): a run stopped by the
+GPU machine's time limit keeps what it measured.
+
 One Ray and one worker group serve every part (raytrainer's pool keeps the group of the first run for the next
 ones). Step time is the median of rank 0's step durations after the first quarter. Ratios are reported, never
 asserted. Targets (issue 42): own/hand and hosted/torchrun <= 1.03, MFU own >= hand - 0.01 and >= 0.40 on an
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import shutil
 import statistics
@@ -60,6 +65,10 @@ LLAMA = {"gpu": (dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192
                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
                    dict(seq=32, batch=2, steps=8, log_every=4))}
 HOSTED_STEPS = {"gpu": 120, "smoke": 8}
+# On a GPU the run must end inside gpu-perf.sh's 480 s limit, or what it measured is lost with it: rounds after the
+# first are run only while this much of --budget-s is left (the 1B model's compile and the hosted part come after
+# `own`; a hosted round is 2 launches of HOSTED_STEPS), and the JSON is written after every part.
+RESERVE_AFTER_OWN_S, RESERVE_HOSTED_ROUND_S = 240.0, 45.0
 
 
 class Clock:
@@ -107,7 +116,8 @@ def part_own(opts, workdir: str, clock: Clock) -> dict:
     for strategy in ("ddp", "fsdp"):
         w = Workload(model="gpt", size=size, strategy=strategy, device=opts.device, bf16=opts.bf16, world=opts.world,
                      **shape)
-        rounds = [pair(w, workdir, f"own-{strategy}-r{r}", hand_first=r % 2 == 0) for r in range(opts.rounds)]
+        rounds = [pair(w, workdir, f"own-{strategy}-r{r}", hand_first=r % 2 == 0) for r in range(opts.rounds)
+                  if r == 0 or clock.left() > RESERVE_AFTER_OWN_S or opts.device != "cuda"]
         ratios = [r["ratio"] for r in rounds]
         result = {"rounds": rounds, "ratios": ratios, "median": statistics.median(ratios)}
         if want_profile(opts, result["median"] > TARGET_STEP, clock, 60):
@@ -153,6 +163,8 @@ def part_hosted(opts, workdir: str, clock: Clock) -> dict:
             continue
         rounds = []
         for r in range(opts.rounds):
+            if r > 0 and opts.device == "cuda" and clock.left() < RESERVE_HOSTED_ROUND_S:
+                break  # the rounds run are in the JSON; a killed run would have left none
             order = ("torchrun", "launch") if r % 2 == 0 else ("launch", "torchrun")
             got = {name: run_hosted(name, variant, opts, workdir, f"{variant}-r{r}") for name in order}
             got["ratio"] = got["launch"]["steady_step_ms"] / got["torchrun"]["steady_step_ms"]
@@ -193,6 +205,7 @@ def want_profile(opts, missed: bool, clock: Clock, needs_s: float) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------- report
+@functools.lru_cache(maxsize=None)  # asked at every part's write
 def nvidia_smi() -> dict:
     try:
         line = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -203,6 +216,12 @@ def nvidia_smi() -> dict:
         return {}
 
 
+def write(opts, parts: dict, clock: Clock, complete: bool) -> dict:
+    head = {**summary(opts, parts, time.time() - clock.t0), "complete": complete}
+    common.write_json(opts.json, {**head, "parts": parts, "options": vars(opts), "machine": common.machine_info()})
+    return head
+
+
 def summary(opts, parts: dict, elapsed: float) -> dict:
     smi = nvidia_smi()
     own, mfu_part, hosted_part = parts.get("own") or {}, parts.get("mfu") or {}, parts.get("hosted") or {}
@@ -210,7 +229,9 @@ def summary(opts, parts: dict, elapsed: float) -> dict:
     return {
         "device": smi.get("gpu") or ("cpu" if opts.device == "cpu" else torch.cuda.get_device_name(0)),
         "driver": smi.get("driver"), "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-        "rounds": opts.rounds, "workers": opts.world, "smoke": opts.smoke, "elapsed_s": round(elapsed, 1),
+        "rounds": opts.rounds, "rounds_run": {f"{part}_{key}": len(got["rounds"]) for part in ("own", "hosted")
+                                               for key, got in (parts.get(part) or {}).items() if "rounds" in got},
+        "workers": opts.world, "smoke": opts.smoke, "elapsed_s": round(elapsed, 1),
         "own_over_hand_ddp": (own.get("ddp") or {}).get("median"),
         "own_over_hand_fsdp": (own.get("fsdp") or {}).get("median"),
         "hosted_over_torchrun": (hosted_part.get("ddp") or {}).get("median"),
@@ -314,12 +335,12 @@ def main(argv=None):
                 parts[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"[{name}] failed: {parts[name]['error'][:400]}", flush=True)
             print(f"[{name}] {time.time() - t0:.0f} s", flush=True)
+            write(opts, parts, clock, complete=False)  # what is measured so far survives a run killed later
     finally:
         common.stop_ray()
         shutil.rmtree(workdir, ignore_errors=True)
-    head = summary(opts, parts, time.time() - clock.t0)
+    head = write(opts, parts, clock, complete=True)
     table(opts, head, parts)
-    common.write_json(opts.json, {**head, "parts": parts, "options": vars(opts), "machine": common.machine_info()})
     return 1 if any("error" in part for part in parts.values()) else 0
 
 if __name__ == "__main__":
