@@ -10,6 +10,7 @@ changes in this long-lived process from reaching the next job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import types
@@ -22,6 +23,12 @@ from .host import Host, installed
 from .sandbox import sandbox
 
 ONE_PROCESS_UNSET = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+# Python's thread switch interval while a job runs. HF's loop runs in Ray Train's training thread, and Ray's main
+# thread of this process asks for the GIL about every 10 ms (its signal check); at Python's default 5 ms each
+# ask takes the GIL from the loop, a switch torchrun's single-threaded ranks never pay. At 50 ms the hosted step
+# on 2 CPU cores went from 1.113 to 1.071 x torchrun's (medians of 6 pairs, benchmarks/README.md, hosted.py).
+# Ray's own calls into this process (health checks) wait up to this long for the GIL; nothing of ours polls here.
+JOB_SWITCH_INTERVAL_S = 0.05
 
 
 class ScriptExit(RuntimeError):
@@ -32,7 +39,7 @@ def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[Hosted
     """Run the order on this rank; rank 0's `HostedResult` (None on the other ranks)."""
     host = Host(order, ctx, emitter)
     value = model_state = None
-    with sandbox(), installed(host):
+    with sandbox(), installed(host), switch_interval(JOB_SWITCH_INTERVAL_S):
         if ctx.world_size == 1:
             # One worker runs the script as one plain process would (no DDP wrapper around a group of one, and
             # what HF refuses under DDP, the layer-wise optimizers, runs): accelerate reads these to go distributed.
@@ -52,6 +59,17 @@ def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[Hosted
     if not ctx.is_main:
         return None
     return HostedResult(runs=tuple(host.runs), value=value, model_state=model_state)
+
+
+@contextlib.contextmanager
+def switch_interval(seconds: float):
+    """sys.setswitchinterval(seconds) for the job; the process's own value again after it."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def run_script(script: HostedScript):
