@@ -195,7 +195,7 @@ def make_timed_trainer_class():
 
 
 def make_step_stamps_callback(path: str, started: float):
-    """A `transformers.TrainerCallback` for a timed script (hosted_sft.py's stamps, for gpu.py): rank 0
+    """A `transformers.TrainerCallback` for a timed script (hosted_sft.py, gpu_hosted_script.py): rank 0
     writes the script's start (`started`, taken before its imports), train begin and every step end to `path`.
     Built on call, so that importing this module needs no transformers."""
     from transformers import TrainerCallback

@@ -10,33 +10,20 @@ import time
 STARTED = time.time()  # before the imports: under either launcher, what the script itself costs
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
+import sys  # noqa: E402
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import make_step_stamps_callback  # noqa: E402
+
 WORDS = [f"w{i}" for i in range(200)]
-
-
-class Stamps(TrainerCallback):
-    def __init__(self, path: str):
-        self.path, self.begin, self.steps = path, None, []
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.begin = time.time()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.steps.append(time.time())
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.path and int(os.environ.get("RANK", "0")) == 0:
-            with open(self.path, "w") as f:
-                json.dump({"started": STARTED, "train_begin": self.begin, "steps": self.steps}, f)
 
 
 def main():
@@ -61,7 +48,7 @@ def main():
                      learning_rate=1e-3, seed=42, use_cpu=not torch.cuda.is_available(),
                      bf16=torch.cuda.is_available())
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         callbacks=[Stamps(options.stamps)])
+                         callbacks=[make_step_stamps_callback(options.stamps, STARTED)])
     trainer.train()
 
 
