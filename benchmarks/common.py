@@ -122,6 +122,17 @@ def read_stamps(path: str) -> dict:
         return json.load(f)
 
 
+def script_phases(stamps: dict, called: float) -> dict:
+    """A timed script's phases from its stamps (make_step_stamps_callback) and the time it was launched: launch ->
+    script start, script start -> train begin, train begin -> first step end, and the median step after the first
+    fifth of the steps."""
+    steps = stamps["steps"]
+    gaps = [b - a for a, b in zip(steps, steps[1:])]
+    return {"to_script_s": stamps["started"] - called, "script_s": stamps["train_begin"] - stamps["started"],
+            "first_step_s": steps[0] - stamps["train_begin"],
+            "steady_step_ms": 1000 * statistics.median(gaps[len(gaps) // 5:]), "steps": len(steps)}
+
+
 def step_stats(perf: Sequence[float], warmup_frac: float = 0.2) -> Dict[str, float]:
     """Steady-state step time from start-of-step timestamps: durations after dropping the first
     `warmup_frac` of them. Median is the headline (robust to the periodic log / event flush); the

@@ -194,10 +194,8 @@ def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str) -> dic
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(opts.world),
                         HOSTED_SCRIPT, *script_args], check=True, env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-    got = common.read_stamps(stamps)  # the script's start, train begin, every step end (wall clock)
-    return {"steady_step_ms": common.step_stats(got["steps"], 0.2)["median_ms"], "call_s": time.time() - called,
-            "to_script_s": got["started"] - called, "script_s": got["train_begin"] - got["started"],
-            "first_step_s": got["steps"][0] - got["train_begin"]}
+    # the script's start, train begin, every step end (wall clock)
+    return {**common.script_phases(common.read_stamps(stamps), called), "call_s": time.time() - called}
 
 
 def want_profile(opts, missed: bool, clock: Clock, needs_s: float) -> bool:

@@ -112,12 +112,9 @@ class ProcessCPU:
 
 
 def phases(stamps: dict, called: float, cpu: ProcessCPU) -> dict:
+    """common.script_phases, and the CPU the processes used over the same steady steps."""
     steps = stamps["steps"]
-    gaps = [b - a for a, b in zip(steps, steps[1:])]
-    steady = gaps[len(gaps) // 5:]
-    return {"to_script_s": stamps["started"] - called, "script_s": stamps["train_begin"] - stamps["started"],
-            "first_step_s": steps[0] - stamps["train_begin"], "steady_step_ms": 1000 * statistics.median(steady),
-            "steps": len(steps), **cpu.over(steps[len(gaps) // 5:])}
+    return {**common.script_phases(stamps, called), **cpu.over(steps[(len(steps) - 1) // 5:])}
 
 
 def run_torchrun(steps: int, root: str) -> dict:
