@@ -67,7 +67,7 @@ class DeviceContext(WorkerContext):
 
 @pytest.fixture
 def gpu_branch(monkeypatch):
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))  # for this test only
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     monkeypatch.setattr(WorkerContext, "in_process", classmethod(lambda cls, use_gpu: DeviceContext(device=DEVICE)))
     monkeypatch.setattr(step_sync, "transport_for", lambda device: StandInTransport(device))
