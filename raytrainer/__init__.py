@@ -22,7 +22,7 @@ _EXPORTS = {
     "DefaultCollator": ".data.collator", "ConfigError": ".errors", "StorageError": ".errors",
     "register_reporter": ".arguments.report_to", "EvalPrediction": ".state", "PredictionOutput": ".state",
     "TrainerControl": ".state", "TrainerState": ".state", "TrainOutput": ".state", "Trainer": ".trainer",
-    "hosted": ".hosting.api", "HostedTrainer": ".hosting.api", "launch": ".hosting.launch",
+    "hosted": ".hosting.api", "HostedTrainer": ".hosting.api", "launch": ".hosting.launch_script",
     "get_last_checkpoint": ".checkpoint.listing", "Seq2SeqTrainer": ".seq2seq_trainer",
     "Seq2SeqTrainingArguments": ".arguments.seq2seq_args",
 }
@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as plain imports
     from .data.collator import DefaultCollator
     from .errors import ConfigError, StorageError
     from .hosting.api import HostedTrainer, hosted
-    from .hosting.launch import launch
+    from .hosting.launch_script import launch
     from .seq2seq_trainer import Seq2SeqTrainer
     from .state import EvalPrediction, PredictionOutput, TrainerControl, TrainerState, TrainOutput
     from .trainer import Trainer

@@ -9,12 +9,17 @@ its handle.
     worker    → push([Event | Stall, ...])                      buffered by the worker's Emitter
     rank 0    → push_and_await([Event, ...]) ⇐ Decision         queues the events, then a ControlRequest
     driver    → decide(ControlRequest.id, Decision)             once it has handled every message before it
+    rank 0    → push_and_claim([Event, ...], HostedClaim, job) ⇐ HostedClaimReply
+                                                                a hosted Trainer's train() begins: queues the
+                                                                events, then a ClaimRequest
+    driver    → answer_claim(ClaimRequest.id, HostedClaimReply) the hosted handler's answer (hosting/)
     rank 0    → set_result(result, job)                         queues ResultReady
     controller→ record_failure(cause, error, fatal, raised_by) ⇐ give_up   queues Failure (re-served) or JobFailed
     any       → record_cause(Reason, text)                       why the current worker group is ending
     rank 0    → group_started(GroupStart) ⇐ RestartHistory | None
     driver    → request_stop(reason); rank 0 → wait_stop ⇐ reason | None     Ctrl-C
-    driver    → wait_events(timeout) ⇐ [Event | ControlRequest | ResultReady | Failure | JobFailed | Stall]
+    driver    → wait_events(timeout) ⇐ [Event | ControlRequest | ClaimRequest | ResultReady | Failure | JobFailed
+                                         | Stall]
 
 Inside a Job's payload travels the pickled pair (trainer, work order): a `TrainOrder`, `EvaluateOrder` or
 `PredictOrder` (`transfer.pack_job`, read by `worker/entry.py`). Rank 0's result is a `TrainResult`,
@@ -41,6 +46,7 @@ class Kind(enum.Enum):
     JOB = "job"                          # driver → workers: run this (the job board)
     EVENT = "event"                      # a callback event from a rank (callbacks/event_names.py names, or "error")
     CONTROL_REQUEST = "control_request"  # rank 0 waits for the driver's decision on the events before it
+    HOSTED_CLAIM = "hosted_claim"        # rank 0 of a hosted job claims an output_dir and waits for the reply
     DECISION = "decision"                # the driver's answer: control flags and callback states
     RESULT_READY = "result_ready"        # rank 0 handed in the job's result: the driver takes it
     FAILURE = "failure"                  # a worker group failed; the job in flight is re-served
@@ -106,11 +112,9 @@ class Posted:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The driver's control decision: the flags its callbacks set, and their exported states (saved with the
-    next checkpoint's trainer_state.json). `reply`: the driver's answer to a request that an event of this
-    batch carried (the hosted mode's claim of an output_dir: a `HostedClaimReply`)."""
+    next checkpoint's trainer_state.json)."""
     flags: Mapping[str, bool] = field(default_factory=dict)
     states: Mapping[str, Any] = field(default_factory=dict)
-    reply: Any = None
     kind: ClassVar[Kind] = Kind.DECISION
 
 
@@ -231,7 +235,7 @@ class HostedClaim:
     """Rank 0 of a hosted job, as a Trainer's train() begins: the output_dir it writes (an absolute path or a
     URL), the Trainer (its class, and its number among the Trainers this job built: 0, 1, ...) and the
     resume_from_checkpoint the script passed. The driver takes the output_dir's lease and chooses the
-    checkpoint (hosting/claims.py)."""
+    checkpoint (hosting/hosted_handler.py). It travels in a `ClaimRequest`; the answer is a `HostedClaimReply`."""
     output_dir: str
     trainer: str
     index: int
@@ -321,6 +325,16 @@ class ControlRequest:
     time: float = field(default_factory=time.time)
     job: Optional[str] = None
     kind: ClassVar[Kind] = Kind.CONTROL_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Queued by the sink after the events rank 0 sent with its `HostedClaim`; `id` is what the reply answers."""
+    id: int
+    claim: HostedClaim
+    job: Optional[str] = None
+    time: float = field(default_factory=time.time)
+    kind: ClassVar[Kind] = Kind.HOSTED_CLAIM
 
 
 @dataclass(frozen=True, slots=True)

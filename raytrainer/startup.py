@@ -29,9 +29,9 @@ buffers, so the timeline costs no round trip. The driver logs it at INFO as one 
 done and keeps it in `trainer.state.startup` (saved in trainer_state.json by `save_state()`, under
 `stateful_callbacks["raytrainer"]`, where transformers' `TrainerState.load_from_json` reads it too).
 
-`train()` makes the `Startup` and hands it on: its own marks (preflight, pack: `Trainer._run`), then the
-coordinator's (`dispatch.run`, `pump.run_on_ray`). Foundation level: the driver (trainer, coordinator) and
-the workers import it.
+`train()` makes the `Startup` and hands it on: its own marks (preflight, pack: `Trainer._dispatch`), then the
+coordinator's (`dispatch.dispatch_job`, `pump.run_job_on_group`). Foundation level: the driver (trainer,
+coordinator) and the workers import it.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ user subclass) and a work order (`protocol.TrainOrder`, `EvaluateOrder`, `Predic
 group, or run the same code in this process when num_workers=0; rank 0's result comes back typed
 (`protocol.TrainResult`, ...). The hooks that run on the workers are inherited from `WorkerHooks`.
 
-What the other layers see of a Trainer: the coordinator gets its arguments, callback handler and
-`holders.PoolUser` (its last worker group) as arguments of `dispatch.run`; the training loop reaches it through
+What the other layers see of a Trainer: the coordinator gets the run's `RunSpec` (built once per call from its
+arguments), its callback handler and `holders.PoolUser` (its last worker group) as arguments of
+`dispatch.dispatch_job`; the training loop reaches it through
 its HF attributes and hooks, and sets `micro_step` and `training_run` while it runs (`worker/run_link.py`).
 """
 
@@ -31,6 +32,8 @@ from .checkpoint import lease, resume
 from .checkpoint.listing import read_trainer_state
 from .checkpoint.model_io import load_into, save_model_files
 from .coordinator import cluster, dispatch, holders
+from .coordinator.handlers import JobHandlers
+from .coordinator.spec import RunSpec, decide_use_gpu
 from .data import ray_data
 from .errors import ConfigError
 from .hub import push as hub
@@ -156,7 +159,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         # One writer per output_dir: taken before any actor starts, released when the run ends (lease.py).
         with lease.acquire(args.output_dir, run_id, args.storage_options), hub.checkpoint_pushes(self):
             order = TrainOrder(run_id=run_id, resume_from=resume_url, **self._worker_settings())
-            result = self._run(order, receive=self._receive_trained_weights, startup=startup)
+            result = self._dispatch(order, receive=self._receive_trained_weights, startup=startup)
         self.state = TrainerState.from_json_string(result.state)
         self.callback_handler.state = self.state
         if result.interrupted:  # Ctrl-C: the run saved at a step boundary and ended
@@ -178,7 +181,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
             preflight.inputs.check_dataset(ds, "eval_dataset")
             prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
             self._connect(ds)
-            result = self._run(EvaluateOrder(dataset=ds, prefix=prefix, ignore_keys=ignore_keys,
+            result = self._dispatch(EvaluateOrder(dataset=ds, prefix=prefix, ignore_keys=ignore_keys,
                                              **self._worker_settings()))
             metrics.update(result.metrics)
         # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
@@ -189,7 +192,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> PredictionOutput:
         preflight.inputs.check_dataset(test_dataset, "test_dataset")
         self._connect(test_dataset)
-        result = self._run(PredictOrder(dataset=test_dataset, prefix=metric_key_prefix, ignore_keys=ignore_keys,
+        result = self._dispatch(PredictOrder(dataset=test_dataset, prefix=metric_key_prefix, ignore_keys=ignore_keys,
                                         **self._worker_settings()))
         output = result.prediction
         self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
@@ -231,9 +234,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         return [d for d in self._datasets() if ray_data.is_ray_dataset(d)]
 
     def _use_gpu(self) -> bool:
-        if self.args.max_workers == 0:
-            return bool(self.args.use_gpu) and torch.cuda.is_available()
-        return cluster.cluster_has_gpus() if self.args.use_gpu is None else self.args.use_gpu
+        return decide_use_gpu(self.args.use_gpu, self.args.max_workers)
 
     def _resolve_resume(self, requested: Union[str, bool, None]) -> Optional[str]:
         """True: the newest intact committed checkpoint under output_dir; a path/URL: that one, if committed and
@@ -249,7 +250,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
                 "log_levels": LogLevels(rank0=worker_level(self.args, 0, driver_ran_model=self.model is not None),
                                         replica=worker_level(self.args, 1, driver_ran_model=True))}
 
-    def _run(self, order: WorkOrder, receive: Optional[Callable[[Any], Any]] = None,
+    def _dispatch(self, order: WorkOrder, receive: Optional[Callable[[Any], Any]] = None,
              startup: Optional[Startup] = None) -> Any:
         """Run `order` on the workers (or here: coordinator/dispatch.py); rank 0's result (`protocol.TrainResult`,
         ...) as `receive(result)` returns it, which runs while the result's objects still exist. `startup`:
@@ -262,9 +263,10 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
             packed = transfer.pack_job(self, order)
             if startup is not None:
                 startup.driver.mark("pack")
-        return dispatch.run(packed, order.job_kind, args=self.args, handler=self.callback_handler,
-                            user=self._pool_user, datasets=datasets, use_gpu=self._use_gpu(), receive=receive,
-                            startup=startup)
+        # Built after preflight, which may lower resources_per_worker to leave CPUs for Ray Data (placement.py).
+        spec = RunSpec.of_arguments(self.args, use_gpu=self._use_gpu())
+        return dispatch.dispatch_job(packed, order.job_kind, spec=spec, handlers=JobHandlers(self.callback_handler),
+                                     user=self._pool_user, datasets=datasets, receive=receive, startup=startup)
 
     def _driver_model(self) -> torch.nn.Module:
         if self.model is None:

@@ -134,11 +134,9 @@ def _without_internal(lines):
     return kept
 
 
-def train_logging_config(args):
-    """Ray Train's logging configuration for a run: WARNING unless verbose."""
-    import ray.train
-
-    return ray.train.LoggingConfig(log_level="DEBUG" if verbose(args) else "WARNING")
+def ray_train_log_level(args) -> str:
+    """Ray Train's log level for a run (its `LoggingConfig`): WARNING unless verbose."""
+    return "DEBUG" if verbose(args) else "WARNING"
 
 
 def worker_level(args, rank: int, driver_ran_model: bool) -> str:

@@ -1,5 +1,5 @@
 """The worker's end of the channel to the driver: events (progress, logs, evaluations, saves, restarts),
-control requests, the result, and Ctrl-C.
+control requests, a hosted Trainer's claim of its output_dir, the result, and Ctrl-C.
 
 The other end is the driver's event sink (`coordinator/sink.py`: an async Ray actor, or `DirectSink` in the
 driver process for `num_workers=0`); the messages are `protocol.py`'s. This side holds no reference to the
@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, List, Optional
 
-from ..protocol import ERROR, Decision, Event, GroupStart, Reason, RestartHistory, Stall
+from ..protocol import ERROR, Decision, Event, GroupStart, HostedClaim, HostedClaimReply, Reason, RestartHistory, Stall
 
 # Events that the driver should see as soon as they happen. Logs are not among them: with logging_steps=1
 # a send per step costs the training processes CPU (benchmarks/events.py measures it); they reach the driver
@@ -71,13 +71,23 @@ class Emitter:
         `wait=False` a handle for `answer` (callback_decisions="next_step"). An async actor may start a later
         call before an earlier one: the pushes still in flight land first, so the driver decides on every
         event up to this one (one request is open at a time: the loop takes an answer before it asks again)."""
+        self._land_pushes()
+        return self._call("push_and_await", self._take(), wait=wait)
+
+    def claim(self, claim: HostedClaim) -> HostedClaimReply:
+        """Rank 0 of a hosted job: send what is buffered and the claim, and wait for the driver's reply (it
+        answers once it has handled every event before the claim)."""
+        self._land_pushes()
+        return self._call("push_and_claim", self._take(), claim, self.job, wait=True)
+
+    def _land_pushes(self):
+        """An async actor may start a later call before an earlier one: wait for the pushes still in flight."""
         if self._remote:
             import ray
 
             with self._lock:
                 in_flight, self._in_flight = self._in_flight, []
             ray.get(in_flight)
-        return self._call("push_and_await", self._take(), wait=wait)
 
     def answer(self, request: Any) -> Decision:
         """The Decision of a `request_control(wait=False)`, waiting for it if it has not arrived."""

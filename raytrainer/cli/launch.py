@@ -1,5 +1,6 @@
 """`raytrainer launch [OPTIONS] SCRIPT [SCRIPT ARGS]`: the script on N Ray workers, as torchrun would run it
-(hosting/launch.py). The options before SCRIPT are raytrainer's; everything after it is the script's own."""
+(hosting/launch_script.py). The options before SCRIPT are raytrainer's (hosting/options.py's `HostedOptions`,
+built from the command line in one step); everything after it is the script's own."""
 
 from __future__ import annotations
 
@@ -62,14 +63,15 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    from ..hosting.launch import launch
-    options = {name: getattr(args, name) for name in (
-        "num_workers", "max_failures", "max_preemptions", "resources_per_worker", "use_gpu", "ray_address",
-        "report_to", "logging_dir", "run_name", "log_level", "worker_idle_timeout_s", "ddp_timeout",
-        "hang_warning_s", "disable_tqdm") if getattr(args, name) is not None}
-    if args.storage_options:
-        options["storage_options"] = storage_options_of(args.storage_options)
+    from ..hosting.launch_script import launch_script
+    from ..hosting.options import HOST_OPTIONS, hosted_options
+
+    # The options this command has, as given (None: not given, the default holds); --fresh is resume=False.
+    given = {name: getattr(args, name, None) for name in HOST_OPTIONS}
+    given["storage_options"] = storage_options_of(args.storage_options) if args.storage_options else None
+    given = {name: value for name, value in given.items() if value is not None}
     if args.fresh:
-        options["resume"] = False
-    launch(args.script, args.script_args, **options)
+        given["resume"] = False
+    launch_script(args.script, args.script_args, hosted_options(given, "raytrainer launch"),
+                  reporters_named="report_to" in given)
     return 0

@@ -105,9 +105,10 @@ def _running_local_cluster() -> str:
     return "local"
 
 
-def worker_resources(args, use_gpu: bool) -> Dict[str, float]:
-    """What one worker reserves, as Ray Train computes it (1 CPU, plus 1 GPU with use_gpu, by default)."""
-    resources = dict(args.resources_per_worker or {})
+def worker_resources(options, use_gpu: bool) -> Dict[str, float]:
+    """What one worker reserves, as Ray Train computes it (1 CPU, plus 1 GPU with use_gpu, by default), from
+    the `resources_per_worker` of `options` (a `RunSpec`; preflight's checks pass `TrainingArguments`)."""
+    resources = dict(options.resources_per_worker or {})
     if not resources:
         resources["CPU"] = 1
     if use_gpu:

@@ -10,8 +10,9 @@ A group is released by `Trainer.close()`, by leaving `with Trainer(...) as train
 garbage-collected or the interpreter exits, and after `worker_idle_timeout_s` without a job. A call after
 that starts a new group, as the first call did.
 
-`Spec` is what a group is built from: when a call needs another one (num_workers or resources changed), the
-Trainer releases its group and starts a new one, and says why. Ray Datasets are not part of it: each job
+`GroupSpec` is what a group is built from (the part of the run's `RunSpec`, spec.py, that Ray Train takes at
+its start): when a call needs another one (num_workers or resources changed), the Trainer releases its group
+and starts a new one, and says why. Ray Datasets are not part of it: each job
 brings its own and splits them itself (data/ray_data.py), so one group serves jobs on any Ray Datasets.
 """
 
@@ -24,12 +25,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..arguments.scaling import bounds
 from ..protocol import Job, JobKind
-from ..verbosity import train_logging_config
 from ..worker.entry import ray_worker_main
-from .cluster import worker_resources
 from .sink import EventSink
+from .spec import RunSpec
 
 logger = logging.getLogger("raytrainer")
 
@@ -38,7 +37,7 @@ CLOSE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
-class Spec:
+class GroupSpec:
     """Everything a Ray Train worker group is built from (Ray Train takes these only at its start)."""
     num_workers: Any  # an int, or (min, max) for an elastic run
     resources_per_worker: Optional[tuple]
@@ -50,15 +49,15 @@ class Spec:
     ddp_timeout: int = 1800  # seconds: the process group's collective timeout (transformers' ddp_timeout)
 
     @classmethod
-    def of(cls, args, use_gpu: bool) -> "Spec":
-        return cls(num_workers=tuple(args.num_workers) if args.elastic else args.max_workers,
-                   resources_per_worker=tuple(sorted((args.resources_per_worker or {}).items())),
-                   use_gpu=use_gpu,
-                   elastic_resize_monitor_interval_s=args.elastic_resize_monitor_interval_s if args.elastic else None,
-                   max_preemptions=args.max_preemptions, worker_idle_timeout_s=args.worker_idle_timeout_s,
-                   ray_train_log_level=train_logging_config(args).log_level, ddp_timeout=args.ddp_timeout)
+    def of(cls, run: RunSpec) -> "GroupSpec":
+        return cls(num_workers=tuple(run.num_workers) if run.elastic else run.max_workers,
+                   resources_per_worker=tuple(sorted((run.resources_per_worker or {}).items())),
+                   use_gpu=run.use_gpu,
+                   elastic_resize_monitor_interval_s=run.elastic_resize_monitor_interval_s if run.elastic else None,
+                   max_preemptions=run.max_preemptions, worker_idle_timeout_s=run.worker_idle_timeout_s,
+                   ray_train_log_level=run.ray_train_log_level, ddp_timeout=run.ddp_timeout)
 
-    def changes_to(self, other: "Spec") -> list:
+    def changes_to(self, other: "GroupSpec") -> list:
         """What differs, as 'field old -> new'."""
         return [f"{name} {getattr(self, name)} -> {getattr(other, name)}" for name in self.__dataclass_fields__
                 if getattr(self, name) != getattr(other, name)]
@@ -89,46 +88,46 @@ def ray_instance() -> Optional[str]:
 
 
 class WorkerGroup:
-    def __init__(self, spec: Spec, args, owner: str):
+    def __init__(self, run: RunSpec, owner: str):
         import ray
-        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder
 
-        self.spec = spec
+        self.spec = spec = GroupSpec.of(run)
         self.ray_instance = ray_instance()  # after ray.shutdown() and a new ray.init(), the group is gone
         self.owner = owner  # named in the error a second Trainer gets when this group holds what it needs
         self.closing = False
         self.busy = False  # a call's job is running on it: no other call takes or releases it (holders.py)
         self.user = None  # a weak reference to the holders.PoolUser whose call used it last: it releases it
         # What its workers reserve at most (its controller and sink take no CPU): a release gives this back.
-        self.holds = {k: v * max(bounds(args.num_workers)) for k, v in worker_resources(args, spec.use_gpu).items()}
+        self.holds = {k: v * run.max_workers for k, v in run.per_worker().items()}
         # On the driver's node: a sink on a worker node would die with it (a lost node must only cost workers).
         # Each rank keeps a next_job call (and rank 0 a stop watch) in flight, so the concurrency grows with it.
         here = NodeAffinitySchedulingStrategy(self.ray_instance, soft=False)
-        most = args.max_workers
+        most = run.max_workers
         self.sink = ray.remote(num_cpus=0, max_concurrency=64 + 2 * most)(EventSink).options(
-            scheduling_strategy=here).remote(args.worker_idle_timeout_s)
+            scheduling_strategy=here).remote(run.worker_idle_timeout_s)
         # An elastic range goes to Ray Train as it is: it places between min and max workers at each start
         # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (docs/fault-tolerance.md).
-        scaling = dict(num_workers=tuple(args.num_workers), elastic_resize_monitor_interval_s=
-                       args.elastic_resize_monitor_interval_s) if args.elastic else dict(num_workers=most)
+        scaling = dict(num_workers=tuple(run.num_workers), elastic_resize_monitor_interval_s=
+                       run.elastic_resize_monitor_interval_s) if run.elastic else dict(num_workers=most)
         torch_trainer = _group_trainer_class()(
             ray_worker_main,
             train_loop_config={"sink": self.sink},
             scaling_config=ScalingConfig(**scaling, use_gpu=spec.use_gpu,
-                                         resources_per_worker=args.resources_per_worker),
+                                         resources_per_worker=run.resources_per_worker),
             # Failures are counted per job by the job board (jobs.py): Ray Train restarts without limit.
-            run_config=RunConfig(name=f"{args.run_name or 'raytrainer'}-group-{uuid.uuid4().hex[:8]}",
+            run_config=RunConfig(name=f"{run.run_name or 'raytrainer'}-group-{uuid.uuid4().hex[:8]}",
                                  failure_config=FailureConfig(
-                                     max_failures=-1, max_preemption_failures=args.max_preemptions),
+                                     max_failures=-1, max_preemption_failures=run.max_preemptions),
                                  callbacks=[FailureRecorder(self.sink), ResizeRecorder(self.sink),
                                             ControllerRecorder(self.sink)] + (
-                                     [FreshClusterView(args.elastic_resize_monitor_interval_s)] if args.elastic
+                                     [FreshClusterView(run.elastic_resize_monitor_interval_s)] if run.elastic
                                      else []),
-                                 logging_config=train_logging_config(args)),
+                                 logging_config=LoggingConfig(log_level=run.ray_train_log_level)),
             torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.ddp_timeout),
         )
         self.error: Optional[BaseException] = None
@@ -163,11 +162,11 @@ class WorkerGroup:
         with the old Ray, while its fit() thread may still wait inside it."""
         return ray_instance() == self.ray_instance
 
-    def reuses(self, spec: Spec) -> bool:
+    def reuses(self, spec: GroupSpec) -> bool:
         """Whether a job on `spec` can run here."""
         return spec == self.spec
 
-    def why_not_reused(self, spec: Spec) -> str:
+    def why_not_reused(self, spec: GroupSpec) -> str:
         """Why a call starts a new group instead of this one (for the log)."""
         if self.error is not None and not self.closing:
             from .pump import describe

@@ -171,7 +171,7 @@ class PoolUser:
     """A Trainer as a user of this process's pool: the group its last call used (taken first by its next call;
     released by its `close()`), and how the groups it starts name it (`owner`: "the Trainer created at
     file:line", in the error another call gets while this one's group holds what it needs). The Trainer holds
-    one and hands it to `dispatch.run`: the coordinator reads and records nothing else of the Trainer."""
+    one and hands it to `dispatch.dispatch_job`: the coordinator reads and records nothing else of the Trainer."""
 
     def __init__(self, owner: str):
         self.owner = owner

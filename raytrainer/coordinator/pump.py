@@ -1,12 +1,12 @@
-"""Runs one job (train / evaluate / predict) on the Trainer's worker group (`group.py`), or in the driver
-process.
+"""Runs one job (train / evaluate / predict / hosted) on a worker group (`group.py`), or in the driver process.
 
 Ray Train V2 does placement, process-group set-up and restarts; we add the event sink: the driver's main
 thread drains it and runs the callbacks while the group's `fit()` runs in a helper thread, so progress,
 logs and restarts show up live, and callbacks run where the user's code runs. The pump reads the sink's
-messages (`protocol.py`) in arrival order: an `Event` goes to the callbacks, a `ControlRequest` gets their
-decision, `ResultReady` the result taken, `JobFailed` raised, a `Stall` printed as a warning; a `Failure`
-needs nothing (the job is re-served to the next group).
+messages (`protocol.py`) in arrival order and hands each to the job's handlers (`handlers.py`): an `Event` to
+the callbacks, a `ControlRequest` gets their decision, a `ClaimRequest` the claim handler's reply; `ResultReady`
+has the result taken, `JobFailed` raised, a `Stall` printed as a warning; a `Failure` needs nothing (the job is
+re-served to the next group).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from ..callbacks.base import CallbackHandler
 from ..callbacks.channel import Emitter
-from ..protocol import ERROR, JobKind, Kind, WorkOrder
+from ..protocol import ERROR, HostedClaimReply, JobKind, Kind, WorkOrder
 from ..startup import Startup, Timeline
 from ..worker.entry import run_job
 from ..worker_context import WorkerContext
+from .handlers import JobHandlers
 from .pending import PendingWatch
-from .sink import DirectSink, decision, tell_stall
+from .sink import DirectSink, tell_stall
 
 logger = logging.getLogger("raytrainer")
 
@@ -38,50 +38,23 @@ class TrainingError(RuntimeError):
     worker_traceback: str = ""
 
 
-def run_in_process(trainer, order: WorkOrder, handler: CallbackHandler, use_gpu: bool,
-                   startup: Optional[Timeline] = None) -> Any:
+def run_job_in_process(trainer, order: WorkOrder, handlers: JobHandlers, use_gpu: bool,
+                       startup: Optional[Timeline] = None) -> Any:
     """num_workers=0: the same work order, in this process (on the driver's unpacked copy of the trainer), with
     events dispatched as they are emitted. `startup`: the worker side of the start-up timeline, its `unpack`
     already marked."""
     ctx = WorkerContext.in_process(use_gpu)
-    return run_job(trainer, order, ctx, Emitter(DirectSink(handler), rank=0, flush_interval_s=0.0), startup=startup)
+    return run_job(trainer, order, ctx, Emitter(DirectSink(handlers), rank=0, flush_interval_s=0.0), startup=startup)
 
 
-class WatchStartup:
-    """The callback handler seen through a train() call's start-up timeline (`startup.py`): rank 0's startup
-    event is read here and not dispatched; the first step_end completes the timeline, which is then logged
-    at INFO as one line and set as the driver's `state.startup`. Everything else is the handler's."""
-
-    def __init__(self, handler: CallbackHandler, startup: Startup):
-        self.handler = handler
-        self.startup = startup
-        self.logged = False
-
-    def handle(self, event: Dict[str, Any]):
-        if self.startup.on_event(event):
-            return
-        if self.startup.complete and not self.logged:
-            self.log_startup()
-        self.handler.handle(event)
-
-    def log_startup(self):
-        if self.logged:
-            return
-        self.logged = True
-        logger.info("%s", self.startup.line())
-        self.handler.state.startup = self.startup.record()
-
-    def __getattr__(self, name: str):
-        return getattr(self.handler, name)
-
-
-def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, receive: Callable[[Any], Any],
-               kind: JobKind, startup: Optional[Startup] = None) -> Any:
+def run_job_on_group(group, packed, handlers: JobHandlers, max_failures: int, receive: Callable[[Any], Any],
+                     kind: JobKind, stops_at_a_step: bool = True, startup: Optional[Startup] = None) -> Any:
     """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and work order (`transfer.Packed`); its arrays
     go into the object store once, here, and every worker (and every replaced worker group) maps them from
     there. `receive(result)` runs while the objects in the result (the trained weights, owned by rank 0)
-    still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another. `startup`:
-    train()'s start-up timeline, marked here (object store, sink start)."""
+    still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another.
+    `stops_at_a_step`: what Ctrl-C does (`RunSpec.stops_at_a_step`). `startup`: train()'s start-up timeline,
+    marked here (object store, sink start)."""
     import ray
 
     from .. import code_paths
@@ -100,7 +73,7 @@ def run_on_ray(group, packed, handler: CallbackHandler, max_failures: int, recei
         startup.driver.mark("sink start")
         startup.posted_at = time.time()  # rank 0's taking the job, stamped by the sink, ends "group start"
     try:
-        return _pump_job(group, job_id, handler, receive)
+        return _pump_job(group, job_id, handlers, receive, stops_at_a_step=stops_at_a_step)
     except _JobFailed as failed:  # a worker raised: Ray Train replaces the group, which serves the next call
         error = TrainingError(str(failed))
         error.worker_traceback = failed.worker_traceback
@@ -119,8 +92,8 @@ class _JobFailed(Exception):
         self.worker_traceback = worker_traceback
 
 
-def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[Any], Any],
-              get: Optional[Callable[[Any], Any]] = None) -> Any:
+def _pump_job(group, job_id: str, handlers: JobHandlers, receive: Callable[[Any], Any],
+              get: Optional[Callable[[Any], Any]] = None, stops_at_a_step: bool = True) -> Any:
     """Run callbacks on the job's events as they come, and read the result as soon as rank 0 has set it
     (it waits for that: it owns the trained weights' object). Messages of an earlier job are dropped.
     `get`: `ray.get`; the tests pass their own, with a plain sink behind a fake group (tests/coordinator)."""
@@ -147,7 +120,11 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
             if kind is not Kind.STALL:
                 waiting.progress()
             if kind is Kind.CONTROL_REQUEST:
-                sink.decide.remote(message.id, decision(handler))
+                sink.decide.remote(message.id, handlers.decide())
+            elif kind is Kind.HOSTED_CLAIM:  # answered whatever its job: its rank 0 waits for the reply
+                reply = handlers.answer_claim(message.claim) if message.job == job_id else HostedClaimReply(
+                    error=f"a claim of job {message.job}, which is no longer running")
+                sink.answer_claim.remote(message.id, reply)
             elif kind is Kind.STALL:  # told whatever its job: a hang is worth a line at any time
                 tell_stall(message)
                 waiting.on_stall()  # and what Ray cannot place, if anything: the stall's likely cause
@@ -160,7 +137,7 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
             elif kind is Kind.EVENT:
                 if message.name == ERROR:  # the first failed rank's traceback, for TrainingError.worker_traceback
                     outcome.setdefault("traceback", message.payload.get("traceback", ""))
-                handler.handle(message.as_callback_event())
+                handlers.handle_event(message.as_callback_event())
             # Kind.FAILURE: the job is re-served to the group Ray Train starts next (which logs the failure)
 
     def ended() -> bool:
@@ -168,7 +145,7 @@ def _pump_job(group, job_id: str, handler: CallbackHandler, receive: Callable[[A
 
     # No progress for a while and Ray holds demands it cannot place (a Ray Data task, this worker group): say so.
     waiting = PendingWatch()
-    with _first_ctrl_c_stops(sink, graceful=getattr(handler, "stops_at_a_step", True)) as stopping:
+    with _first_ctrl_c_stops(sink, graceful=stops_at_a_step) as stopping:
         while not ended() and group.thread_alive():
             pump(POLL_INTERVAL_S)
             stopping.relay()

@@ -24,9 +24,23 @@ import sys
 import time
 from typing import Any, List, Optional, Sequence
 
-from ..callbacks.base import CallbackHandler
-from ..callbacks.stateful import STATES_KEY
-from ..protocol import Decision, Failure, GroupStart, Job, JobFailed, Posted, Reason, RestartHistory, ResultReady, Stall
+from ..protocol import (
+    ClaimRequest,
+    ControlRequest,
+    Decision,
+    Failure,
+    GroupStart,
+    HostedClaim,
+    HostedClaimReply,
+    Job,
+    JobFailed,
+    Posted,
+    Reason,
+    RestartHistory,
+    ResultReady,
+    Stall,
+)
+from .handlers import JobHandlers
 from .history import RunHistory
 from .jobs import DONE, JobBoard
 from .stream import EventStream
@@ -84,10 +98,18 @@ class EventSink:
 
     async def push_and_await(self, events: Sequence[Any]) -> Decision:
         """Queue `events` and a control request; return the driver's decision once it has seen them."""
-        return await self.stream.ask(events)
+        return await self.stream.ask(events, lambda request: ControlRequest(id=request))
 
     async def decide(self, request: int, decision: Decision) -> bool:
-        return self.stream.decide(request, decision)
+        return self.stream.answer(request, decision)
+
+    async def push_and_claim(self, events: Sequence[Any], claim: HostedClaim, job: Optional[str] = None
+                             ) -> HostedClaimReply:
+        """Queue `events` and the hosted claim; return the driver's reply once it has seen them."""
+        return await self.stream.ask(events, lambda request: ClaimRequest(id=request, claim=claim, job=job))
+
+    async def answer_claim(self, request: int, reply: HostedClaimReply) -> bool:
+        return self.stream.answer(request, reply)
 
     async def wait_events(self, timeout_s: float) -> List[Any]:
         """Every message so far; waits up to `timeout_s` for one when there is none."""
@@ -171,19 +193,11 @@ def tell_stall(stall: Stall):
     print(stall.describe(), file=sys.stderr, flush=True)
 
 
-def decision(handler: CallbackHandler) -> Decision:
-    """The driver callbacks' flags since the last decision, and their states (`CallbackHandler.take_control`)."""
-    taken = dict(handler.take_control())
-    states = taken.pop(STATES_KEY, None) or {}
-    take_reply = getattr(handler, "take_reply", None)  # the hosted mode's handler answers claims (hosting/claims.py)
-    return Decision(flags=taken, states=states, reply=take_reply() if take_reply is not None else None)
-
-
 class DirectSink:
-    """The sink for `num_workers=0`: events are dispatched to the driver's callbacks as they are emitted."""
+    """The sink for `num_workers=0`: events are dispatched to the driver's handlers as they are emitted."""
 
-    def __init__(self, handler: CallbackHandler):
-        self.handler = handler
+    def __init__(self, handlers: JobHandlers):
+        self.handlers = handlers
         self._result: Any = None
 
     def push(self, messages):
@@ -191,12 +205,16 @@ class DirectSink:
             if isinstance(message, Stall):
                 tell_stall(message)
             else:
-                self.handler.handle(message.as_callback_event())
+                self.handlers.handle_event(message.as_callback_event())
         return len(messages)
 
     def push_and_await(self, events):
         self.push(events)
-        return decision(self.handler)
+        return self.handlers.decide()
+
+    def push_and_claim(self, events, claim: HostedClaim, job=None) -> HostedClaimReply:
+        self.push(events)
+        return self.handlers.answer_claim(claim)
 
     def report_stall(self, stall: Stall):
         return self.push([stall])

@@ -29,9 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..arguments.training_args import TrainingArguments as RaytrainerArguments
-from ..callbacks.base import CallbackHandler, CallbackMethods
-from ..callbacks.progress import PrinterCallback, ProgressCallback
-from ..callbacks.reporters import reporter_callbacks
+from ..callbacks.base import CallbackMethods
 from ..checkpoint.model_io import load_into
 from ..coordinator import holders
 from ..errors import ConfigError
@@ -39,9 +37,10 @@ from ..protocol import HostedCall, HostedOrder, HostedResult, LogLevels
 from ..state import TrainerState
 from ..transfer import SharedState, fetch_state
 from ..verbosity import notice, quiet_driver, worker_level
-from . import run
-from .claims import HostedHandler
-from .options import host_options, misplaced
+from .callbacks import driver_callbacks
+from .dispatch_order import dispatch_order
+from .hosted_handler import HostedHandler
+from .options import HostedOptions, hosted_options, misplaced
 
 
 def hosted(trainer: Any, **options: Any) -> Callable[..., "HostedTrainer"]:
@@ -50,25 +49,24 @@ def hosted(trainer: Any, **options: Any) -> Callable[..., "HostedTrainer"]:
     storage_options, report_to, resume, ...). Returns what builds the hosted trainer from the class's own
     constructor arguments."""
     _check_target(trainer)
-    args, resume = host_options(options, f"hosted({_name(trainer)}, ...)")
+    checked = hosted_options(options, f"hosted({_name(trainer)}, ...)")
 
     def build(*trainer_args: Any, **trainer_kwargs: Any) -> HostedTrainer:
-        return HostedTrainer(trainer, trainer_args, trainer_kwargs, args, resume,
-                             reporters_named="report_to" in options, given_options=frozenset(options))
+        return HostedTrainer(trainer, trainer_args, trainer_kwargs, checked, given_options=frozenset(options))
 
     build.__name__ = f"hosted({_name(trainer)})"
     return build
 
 
 class HostedTrainer(CallbackMethods):
-    def __init__(self, factory: Any, args: tuple, kwargs: dict, options: RaytrainerArguments, resume: bool,
-                 reporters_named: bool = False, given_options: frozenset = frozenset()):
+    def __init__(self, factory: Any, args: tuple, kwargs: dict, options: HostedOptions,
+                 given_options: frozenset = frozenset()):
         misplaced_options = misplaced(kwargs)
         if misplaced_options:
             raise ConfigError(f"{', '.join(misplaced_options)} given to {_name(factory)}: they are raytrainer's "
                               f"options and go beside it: raytrainer.hosted({_name(factory)}, "
                               f"{misplaced_options[0]}=...)(...).")
-        self.factory, self.options, self.resume = factory, options, resume
+        self.factory, self.options = factory, options
         quiet_driver(options)
         kwargs = dict(kwargs)
         args = list(args)
@@ -81,18 +79,15 @@ class HostedTrainer(CallbackMethods):
         given = kwargs.get("model", args[0] if args else None)  # HF's signature: (model, args, ...)
         self.model = given if isinstance(given, torch.nn.Module) else None
         self._trained = None  # weights of the last train() that could not go into self.model (see module doc)
-        self.state = TrainerState()
-        progress = PrinterCallback if options.disable_tqdm else ProgressCallback
-        self.callback_handler = CallbackHandler([progress()], CallbackArgs(self.args, options, given_options),
-                                                self.state)
-        for callback in reporter_callbacks(options) + [c for c in callbacks if c not in on_ranks]:
-            self.callback_handler.add(callback)
-        self.reporters_named = reporters_named
+        self.callback_handler = driver_callbacks(options, self.args, given_options,
+                                                 [c for c in callbacks if c not in on_ranks])
+        self.state = self.callback_handler.state
+        self.reporters_named = "report_to" in given_options
         self._pool_user = holders.PoolUser(owner=f"hosted({_name(factory)})")
 
     # ------------------------------------------------------------------ HF's methods
     def train(self, resume_from_checkpoint=None, **kwargs) -> Any:
-        result = self._run("train", (), {"resume_from_checkpoint": resume_from_checkpoint, **kwargs},
+        result = self._dispatch("train", (), {"resume_from_checkpoint": resume_from_checkpoint, **kwargs},
                            receive=self._receive_weights)
         if result.runs:
             run_record = result.runs[-1]
@@ -102,16 +97,16 @@ class HostedTrainer(CallbackMethods):
         return result.value
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
-        return self._run("evaluate", (), {"eval_dataset": eval_dataset, "ignore_keys": ignore_keys,
+        return self._dispatch("evaluate", (), {"eval_dataset": eval_dataset, "ignore_keys": ignore_keys,
                                           "metric_key_prefix": metric_key_prefix}).value
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> Any:
-        return self._run("predict", (test_dataset,), {"ignore_keys": ignore_keys,
+        return self._dispatch("predict", (test_dataset,), {"ignore_keys": ignore_keys,
                                                       "metric_key_prefix": metric_key_prefix}).value
 
     def save_model(self, output_dir: Optional[str] = None):
         """HF's save_model on the workers (the process that saves writes; a URL is uploaded)."""
-        self._run("save_model", (), {"output_dir": output_dir})
+        self._dispatch("save_model", (), {"output_dir": output_dir})
 
     def close(self):
         """Release the worker group of the last call now (else it stays in the pool: coordinator/holders.py)."""
@@ -125,7 +120,7 @@ class HostedTrainer(CallbackMethods):
         return False
 
     # ------------------------------------------------------------------ internals
-    def _run(self, method: str, call_args: tuple, call_kwargs: dict, receive=None) -> HostedResult:
+    def _dispatch(self, method: str, call_args: tuple, call_kwargs: dict, receive=None) -> HostedResult:
         run_id = uuid.uuid4().hex[:12]
         handler = self.callback_handler
         arguments = self.args
@@ -135,13 +130,14 @@ class HostedTrainer(CallbackMethods):
                             call_args=call_args, call_kwargs=call_kwargs, trained_state=self._trained)
         target.modules = _modules((self._call_args, self._call_kwargs))  # found at any depth (transfer.py)
         order = HostedOrder(
-            run_id=run_id, method=method, resume=self.resume, storage_options=self.options.storage_options,
+            run_id=run_id, method=method, resume=self.options.resume, storage_options=self.options.storage_options,
             callback_decisions=self.options.callback_decisions, control_points=handler.control_points(),
             heard=handler.heard(),
             log_levels=LogLevels(rank0=worker_level(self.options, 0, driver_ran_model=True),
                                  replica=worker_level(self.options, 1, driver_ran_model=True)))
-        claims = HostedHandler(handler, run_id, self.resume, self.options.storage_options, self.reporters_named)
-        return run.run(target, order, self.options, claims, self._pool_user, receive=receive)
+        claims = HostedHandler(handler, run_id, self.options.resume, self.options.storage_options,
+                               self.reporters_named)
+        return dispatch_order(target, order, self.options, handler, claims, self._pool_user, receive=receive)
 
     def _receive_weights(self, result: HostedResult) -> HostedResult:
         """The trained weights into the driver's model (or kept for the next call), while they still exist."""
@@ -159,27 +155,6 @@ class HostedTrainer(CallbackMethods):
                 pass
         self._trained = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
         return dataclasses.replace(result, model_state=None)
-
-
-class CallbackArgs:
-    """What the driver's callbacks get as `args`: the trainer's own arguments object (an SFTConfig: what HF's
-    callbacks read), with raytrainer's options where those were given beside the trainer or the object lacks
-    the field (the reporters' logging_dir, storage_options: transformers 5 has no logging_dir). Set fields
-    stay here: the user's object is not changed."""
-
-    def __init__(self, own: Any, options: RaytrainerArguments, given: frozenset = frozenset()):
-        object.__setattr__(self, "_sources", (own, options, given, {}))
-
-    def __getattr__(self, name: str):
-        own, options, given, set_here = object.__getattribute__(self, "_sources")
-        if name in set_here:
-            return set_here[name]
-        if name in given or own is None or not hasattr(own, name):
-            return getattr(options, name)
-        return getattr(own, name)
-
-    def __setattr__(self, name: str, value: Any):
-        object.__getattribute__(self, "_sources")[3][name] = value
 
 
 def _check_target(trainer: Any):

@@ -107,12 +107,12 @@ def test_enough_free_resources_release_nothing(pool):
 
 
 def test_a_new_group_names_what_changed_in_its_shape():
-    from raytrainer.coordinator.group import Spec
+    from raytrainer.coordinator.group import GroupSpec
 
-    old = Spec(num_workers=2, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
-               max_preemptions=-1, worker_idle_timeout_s=2, ray_train_log_level="WARNING")
-    new = Spec(num_workers=1, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
-               max_preemptions=-1, worker_idle_timeout_s=0, ray_train_log_level="WARNING")
+    old = GroupSpec(num_workers=2, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
+                    max_preemptions=-1, worker_idle_timeout_s=2, ray_train_log_level="WARNING")
+    new = GroupSpec(num_workers=1, resources_per_worker=(), use_gpu=False, elastic_resize_monitor_interval_s=None,
+                    max_preemptions=-1, worker_idle_timeout_s=0, ray_train_log_level="WARNING")
     assert "; ".join(old.changes_to(new)) == "num_workers 2 -> 1; worker_idle_timeout_s 2 -> 0"
 
 

@@ -1,6 +1,6 @@
 """The rules of the driver-worker protocol, without Ray: the event sink is a plain class until `ray.remote` wraps
 it, so each test runs its async methods on an asyncio loop, with the ranks as coroutines. As Ray Train tests
-its controller with a `DummyWorkerGroup`, the driver's pump (`launcher._pump_job`) runs here against a fake
+its controller with a `DummyWorkerGroup`, the driver's pump (`pump._pump_job`) runs here against a fake
 group whose sink "handle" runs each call on that loop."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import time
 import pytest
 
 from raytrainer.callbacks.base import CallbackHandler, TrainerCallback
-from raytrainer.coordinator import pump as launcher
+from raytrainer.coordinator import pump
+from raytrainer.coordinator.handlers import JobHandlers
 from raytrainer.coordinator.jobs import IDLE_FAILURE_LIMIT
 from raytrainer.coordinator.sink import EventSink
 from raytrainer.protocol import (
@@ -281,9 +282,11 @@ class SaveAtStep2(TrainerCallback):
             control.should_save = True
 
 
-def pump(loop, sink: EventSink, callbacks, job_id: str = "a", receive=lambda result: result):
+def pump_job(loop, sink: EventSink, callbacks, job_id: str = "a", receive=lambda result: result, claims_of=None):
+    """The pump on `sink`'s messages, with `callbacks` (and the claim handler `claims_of(callback handler)`)."""
     handler = CallbackHandler(callbacks, args=None, state=TrainerState())
-    return launcher._pump_job(FakeGroup(sink, loop), job_id, handler, receive, get=lambda value: value)
+    handlers = JobHandlers(handler, claims_of(handler) if claims_of is not None else None)
+    return pump._pump_job(FakeGroup(sink, loop), job_id, handlers, receive, get=lambda value: value)
 
 
 def test_the_driver_decides_on_every_event_before_the_request_and_takes_the_result(loop):
@@ -301,7 +304,7 @@ def test_the_driver_decides_on_every_event_before_the_request_and_takes_the_resu
 
     worker = loop.create_task(rank0())
     callback = SaveAtStep2()
-    assert pump(loop, sink, [callback]) == {"steps": 2}
+    assert pump_job(loop, sink, [callback]) == {"steps": 2}
     run(loop, worker)
     assert callback.seen == [1, 2]
     assert decisions[0].flags["should_save"] is True  # decided after step 2 was handled
@@ -312,7 +315,7 @@ def test_a_stall_is_printed_as_a_warning(loop, capsys):
     run(loop, sink.post_job(job("a"), max_failures=0))
     run(loop, sink.report_stall(Stall(1, "callback on_step_end", 62.4, "a")))
     run(loop, sink.set_result(None, "a"))
-    pump(loop, sink, [])
+    pump_job(loop, sink, [])
     assert "[raytrainer] rank 1 has made no progress for 62 s in callback on_step_end" in capsys.readouterr().err
 
 
@@ -322,8 +325,8 @@ def test_a_failed_job_raises_with_the_first_ranks_traceback(loop):
     run(loop, sink.next_job(None, 0, 1))
     run(loop, sink.push([Event(ERROR, 0, "a", {"traceback": "Traceback ...\nValueError: boom"})]))
     run(loop, sink.record_failure("rank 0: ValueError: boom", "train() failed on worker rank 0: boom"))
-    with pytest.raises(launcher._JobFailed, match="rank 0: boom") as failed:
-        pump(loop, sink, [])
+    with pytest.raises(pump._JobFailed, match="rank 0: boom") as failed:
+        pump_job(loop, sink, [])
     assert failed.value.worker_traceback.endswith("ValueError: boom")
 
 

@@ -1,5 +1,5 @@
 """The hosted mode's checks on the driver, before any worker starts: what it refuses, naming the fix, and the
-arguments object rebuilt on each rank from its fields (raytrainer/hosted/api.py, options.py, launch.py)."""
+arguments object rebuilt on each rank from its fields (raytrainer/hosting/api.py, options.py, launch_script.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import raytrainer
 from raytrainer.arguments.scaling import parse_workers
 from raytrainer.errors import ConfigError
 from raytrainer.hosting.api import _fields
-from raytrainer.hosting.launch import read_script
+from raytrainer.hosting.launch_script import read_script
 
 
 class TeamTrainer(Trainer):
@@ -116,7 +116,7 @@ def test_launch_help_names_the_options(capsys):
 def test_a_dataset_on_this_nodes_disk_is_refused_when_workers_may_be_elsewhere(tmp_path):
     from datasets import Dataset, load_from_disk
 
-    from raytrainer.hosting.run import check_datasets_travel
+    from raytrainer.hosting.dispatch_order import check_datasets_travel
     from raytrainer.protocol import HostedCall
 
     Dataset.from_dict({"text": ["a b", "c d"]}).save_to_disk(str(tmp_path / "ds"))

@@ -8,7 +8,7 @@ included, gets them through its own `super()` calls; restored when the job ends)
   is kept on the arguments); the progress bars and reporting integrations leave the workers (the driver shows
   progress and runs the reporters, from the relayed events); the `Relay` callback is added.
 - `train`: rank 0 claims the output_dir from the driver (`HostedClaim`: the driver takes its lease and
-  chooses the checkpoint to resume from, hosting/claims.py); every rank gets the answer, each node fetches
+  chooses the checkpoint to resume from, hosting/hosted_handler.py); every rank gets the answer, each node fetches
   that checkpoint into its staging directory, and HF's own `train(resume_from_checkpoint=...)` continues.
 - `save_model`: a URL, or the run's own output_dir, is written to staging and uploaded by the process that
   saves (HF's `should_save`);
@@ -86,8 +86,7 @@ class Host:
                                 index=self.trainers.index(trainer) if trainer in self.trainers else -1,
                                 requested=requested if isinstance(requested, (str, bool)) else None,
                                 report_to=self.reporters.get(id(trainer), ()))
-            self.emitter.emit("hosted_claim", hold=True, claim=claim)
-            reply = self.emitter.request_control().reply
+            reply = self.emitter.claim(claim)
         reply = self.ctx.broadcast_object(reply)
         if reply is None:
             raise ConfigError("The driver did not answer this Trainer's claim of its output_dir: a hosted job "

@@ -1,4 +1,4 @@
-"""Running one hosted order (a script, or a call on a trainer) on the process's pool of worker groups.
+"""Dispatching one hosted order (a script, or a call on a trainer) to the process's pool of worker groups.
 
 The same path as raytrainer's own Trainer from here on (coordinator/dispatch.py): an idle group of the pool
 that fits is taken (consecutive runs, SFT then DPO, pay one group start), the order and its target are
@@ -11,34 +11,34 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from .. import transfer
+from ..callbacks.base import CallbackHandler
 from ..coordinator import cluster, dispatch, holders
+from ..coordinator.handlers import JobHandlers
 from ..errors import ConfigError
-from ..preflight.placement import check_placement
 from ..protocol import HostedOrder, HostedResult
-from .claims import HostedHandler
+from .hosted_handler import HostedHandler
+from .options import HostedOptions
 
 
-def run(target: Any, order: HostedOrder, args, handler: HostedHandler, user: holders.PoolUser,
-        receive: Optional[Callable[[HostedResult], Any]] = None) -> Any:
-    """Run `order` on its `target` (`protocol.HostedScript` or `HostedCall`); rank 0's `HostedResult` as
-    `receive(result)` returns it (called while the result's weights still exist). `args`: raytrainer's options
-    of the run (`options.host_options`)."""
-    if args.max_workers == 0:  # in this process, without Ray (a debugger works), as raytrainer.Trainer's
-        import torch
-
-        use_gpu = torch.cuda.is_available() if args.use_gpu is None else bool(args.use_gpu)
-    else:
-        cluster.connect(args.ray_address)
-        use_gpu = cluster.cluster_has_gpus() if args.use_gpu is None else bool(args.use_gpu)
-        check_placement(args, use_gpu)
+def dispatch_order(target: Any, order: HostedOrder, options: HostedOptions, callbacks: CallbackHandler,
+                   claims: HostedHandler, user: holders.PoolUser,
+                   receive: Optional[Callable[[HostedResult], Any]] = None) -> Any:
+    """Run `order` on its `target` (`protocol.HostedScript` or `HostedCall`), its events to `callbacks` and its
+    claims to `claims` (whose leases are released at the end); rank 0's `HostedResult` as `receive(result)`
+    returns it (called while the result's weights still exist)."""
+    if options.max_workers > 0:  # else in this process, without Ray (a debugger works), as raytrainer.Trainer's
+        cluster.connect(options.ray_address)
+    spec = options.run_spec()  # the GPUs: the cluster's, once connected
+    if not spec.in_process:
+        cluster.check_placeable(spec.num_workers, spec.per_worker())
         if cluster.workers_may_be_elsewhere():
             check_datasets_travel(target)
     packed = pack(target, order)
     try:
-        return dispatch.run(packed, order.job_kind, args=args, handler=handler, user=user, datasets={},
-                            use_gpu=use_gpu, receive=receive)
+        return dispatch.dispatch_job(packed, order.job_kind, spec=spec, handlers=JobHandlers(callbacks, claims),
+                                     user=user, datasets={}, receive=receive)
     finally:
-        handler.close()
+        claims.close()
 
 
 def check_datasets_travel(target: Any):

@@ -1,7 +1,7 @@
-"""The driver's side of a hosted job: the Trainers' claims of their output_dirs, and the one event stream.
+"""`HostedHandler`: the driver's handler of a hosted job's claims (`coordinator/handlers.py` hands it each one).
 
-As a hosted Trainer's train() begins, rank 0 sends a `HostedClaim` with its control request; the answer
-travels in the decision (`HostedClaimReply`). Here, before the answer:
+As a hosted Trainer's train() begins, rank 0 sends a `HostedClaim` (after the events before it) and waits for
+the `HostedClaimReply` (`protocol.py`). Here, before the reply:
 - a local output_dir written from several nodes is refused (as in the own loop), the storage is probed
   (writable, readable, deletable) and the output_dir's one-writer lease taken for the job (kept over the
   job's restarts, released when it ends: checkpoint/lease.py);
@@ -11,8 +11,8 @@ travels in the decision (`HostedClaimReply`). Here, before the answer:
   script's Trainers), passing over damaged ones by name; a partial checkpoint (a write that never finished) is
   removed first, and said so (checkpoint/choice.py, the choice a resume and a restart make too).
 
-Every other event goes to the driver's callbacks, as for raytrainer's own Trainer; each Trainer's train()
-starts a fresh state mirror, and the reporters its arguments named (report_to) start on the driver.
+The first claim also starts, on the driver, the reporters the script's arguments named (report_to), writing
+under the claimed output_dir; the job's events go to the driver's callbacks (hosting/callbacks.py).
 """
 
 from __future__ import annotations
@@ -30,46 +30,22 @@ from ..checkpoint.manifest import read_manifest
 from ..coordinator import cluster
 from ..errors import ConfigError, StorageError
 from ..protocol import HostedClaim, HostedClaimReply
-from ..state import TrainerState
 from ..storage import basename, join
 from ..verbosity import notice
 
-CLAIM = "hosted_claim"
-
 
 class HostedHandler:
-    """The callback handler of a hosted job: answers claims, forwards every other event."""
+    """Answers a hosted job's claims; holds the leases of the output_dirs claimed until the job ends (`close`).
+    `callbacks`: the job's driver callbacks (the reporters a script names join them at its first claim)."""
 
-    stops_at_a_step = False  # Ctrl-C abandons a hosted run (its ranks read no stop request): coordinator/pump.py
-
-    def __init__(self, handler: CallbackHandler, run_id: str, resume: bool, storage_options: Optional[dict],
+    def __init__(self, callbacks: CallbackHandler, run_id: str, resume: bool, storage_options: Optional[dict],
                  reporters_named: bool):
-        self.handler = handler
+        self.callbacks = callbacks
         self.run_id, self.resume, self.storage_options = run_id, resume, storage_options
         self.reporters_named = reporters_named  # report_to given beside the trainer: the script's is not used
         self.leases: Dict[str, Any] = {}
         self.claims: Dict[str, HostedClaim] = {}  # output_dir -> its last claim
         self.seen: set = set()  # (output_dir, trainer, index) claimed in this job: a second claim is a restart
-        self._reply: Optional[HostedClaimReply] = None
-
-    @property
-    def state(self) -> TrainerState:
-        return self.handler.state
-
-    def handle(self, event: Dict[str, Any]):
-        if event["kind"] == CLAIM:
-            self._reply = self.answer(event["claim"])
-            return
-        if event["kind"] == "train_begin":  # a Trainer's run: a fresh mirror, as HF's state is per train()
-            self.handler.state = TrainerState()
-        self.handler.handle(event)
-
-    def take_control(self) -> Dict[str, Any]:
-        return self.handler.take_control()
-
-    def take_reply(self) -> Optional[HostedClaimReply]:
-        reply, self._reply = self._reply, None
-        return reply
 
     def close(self):
         """Release the job's leases (its output_dirs may be written by the next run)."""
@@ -77,11 +53,8 @@ class HostedHandler:
             held.release()
         self.leases.clear()
 
-    def __getattr__(self, name: str):
-        return getattr(self.handler, name)
-
     # ------------------------------------------------------------------ claims
-    def answer(self, claim: HostedClaim) -> HostedClaimReply:
+    def answer_claim(self, claim: HostedClaim) -> HostedClaimReply:
         try:
             url = claim.output_dir
             if url not in self.leases:
@@ -90,8 +63,8 @@ class HostedHandler:
                 notice(f"{_short(claim.trainer)} writes its checkpoints to {url}")
             self.claims[url] = claim
             self._start_reporters(claim)
-            resume_from = self.choose(claim)
-            also = self.best_of(resume_from) if resume_from and not storage.is_local(resume_from) else ()
+            resume_from = self.choose_checkpoint(claim, restart=self._seen_before(claim))
+            also = self.best_checkpoint_of(resume_from) if resume_from and not storage.is_local(resume_from) else ()
             return HostedClaimReply(resume_from=resume_from, also_fetch=also)
         except (ConfigError, StorageError) as exc:
             return HostedClaimReply(error=str(exc))
@@ -107,9 +80,9 @@ class HostedHandler:
     def _start_reporters(self, claim: HostedClaim):
         """The first claim starts the reporters the script's arguments name (unless some were given beside the
         trainer), on the driver, writing under its output_dir."""
-        args = self.handler.args
+        args = self.callbacks.args
         args.output_dir = claim.output_dir
-        if self.reporters_named or any(getattr(c, "_hosted_reporter", False) for c in self.handler.callbacks):
+        if self.reporters_named or any(getattr(c, "_hosted_reporter", False) for c in self.callbacks.callbacks):
             return
         names = [n for n in claim.report_to if n not in ("none",)]
         if not names:
@@ -122,16 +95,21 @@ class HostedHandler:
             return
         for callback in made:
             callback._hosted_reporter = True
-            self.handler.add(callback)
+            self.callbacks.add(callback)
 
-    def choose(self, claim: HostedClaim) -> Optional[str]:
-        """The checkpoint the Trainer resumes from (module docstring), or None to start. A second claim of the
-        same Trainer in this job is a restart (a lost worker): it continues from what this job committed, also
+    def _seen_before(self, claim: HostedClaim) -> bool:
+        """Whether this Trainer claimed its output_dir before in this job (then this claim is a restart's); the
+        claim is recorded."""
+        key = (claim.output_dir, claim.trainer, claim.index)
+        seen = key in self.seen
+        self.seen.add(key)
+        return seen
+
+    def choose_checkpoint(self, claim: HostedClaim, restart: bool = False) -> Optional[str]:
+        """The checkpoint the Trainer resumes from (module docstring), or None to start. `restart`: a second
+        claim of the same Trainer in this job (a lost worker): it continues from what this job committed, also
         when resuming is off (`--fresh` starts the job afresh, not each restart)."""
         url, requested = claim.output_dir, claim.requested
-        key = (url, claim.trainer, claim.index)
-        restart = key in self.seen
-        self.seen.add(key)
         if requested is False or (requested is None and not self.resume and not restart):
             return None
         if isinstance(requested, str):
@@ -152,7 +130,7 @@ class HostedHandler:
                               f"{_short(claim.trainer)}.")
         return None
 
-    def best_of(self, ckpt: str) -> tuple:
+    def best_checkpoint_of(self, ckpt: str) -> tuple:
         """The best checkpoint that `ckpt`'s trainer state names, when another intact one (HF loads it at the end
         with load_best_model_at_end): fetched with it."""
         state = read_trainer_state(ckpt, self.storage_options) or {}

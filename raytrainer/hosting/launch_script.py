@@ -14,38 +14,43 @@ import os
 import uuid
 from typing import Any, Sequence
 
-from ..callbacks.base import CallbackHandler
-from ..callbacks.progress import PrinterCallback, ProgressCallback
-from ..callbacks.reporters import reporter_callbacks
 from ..coordinator import holders
 from ..errors import ConfigError
 from ..protocol import HostedOrder, HostedResult, HostedScript, LogLevels
-from ..state import TrainerState
 from ..verbosity import notice, quiet_driver, worker_level
-from . import run
-from .claims import HostedHandler
-from .options import host_options
+from .callbacks import driver_callbacks
+from .dispatch_order import dispatch_order
+from .hosted_handler import HostedHandler
+from .options import HostedOptions, hosted_options
 
 
 def launch(script: str, script_args: Sequence[str] = (), **options: Any) -> HostedResult:
     """Run `script` with `script_args` on the workers `options` ask for (raytrainer's options: num_workers,
     max_failures, storage_options, report_to, resume, ...); rank 0's `HostedResult` (one record per Trainer
     that trained)."""
+    return launch_script(script, script_args, hosted_options(options, "raytrainer launch"),
+                         reporters_named="report_to" in options)
+
+
+def launch_script(script: str, script_args: Sequence[str], options: HostedOptions,
+                  reporters_named: bool = False) -> HostedResult:
+    """`launch` with its options checked (`raytrainer launch` builds them from its command line).
+    `reporters_named`: report_to was given (else the reporters the script's arguments name run)."""
     path = os.path.abspath(script)
     text = read_script(path)
-    args, resume = host_options(options, "raytrainer launch")
-    quiet_driver(args)
-    progress = PrinterCallback if args.disable_tqdm else ProgressCallback
-    handler = CallbackHandler([progress(), *reporter_callbacks(args)], args, TrainerState())
+    quiet_driver(options)
+    callbacks = driver_callbacks(options)
     run_id = uuid.uuid4().hex[:12]
-    order = HostedOrder(run_id=run_id, method=None, resume=resume, storage_options=args.storage_options,
-                        callback_decisions=args.callback_decisions, control_points=handler.control_points(),
-                        heard=handler.heard(), log_levels=LogLevels(rank0=worker_level(args, 0, driver_ran_model=True),
-                                             replica=worker_level(args, 1, driver_ran_model=True)))
-    claims = HostedHandler(handler, run_id, resume, args.storage_options, reporters_named="report_to" in options)
+    order = HostedOrder(run_id=run_id, method=None, resume=options.resume, storage_options=options.storage_options,
+                        callback_decisions=options.callback_decisions, control_points=callbacks.control_points(),
+                        heard=callbacks.heard(),
+                        log_levels=LogLevels(rank0=worker_level(options, 0, driver_ran_model=True),
+                                             replica=worker_level(options, 1, driver_ran_model=True)))
+    claims = HostedHandler(callbacks, run_id, options.resume, options.storage_options, reporters_named)
     # The group stays in the process's pool for the next launch() or hosted() call (released at exit).
     user = holders.PoolUser(owner=f"raytrainer launch {script}")
-    result = run.run(HostedScript(path, text, tuple(script_args), os.getcwd()), order, args, claims, user)
+    result = dispatch_order(HostedScript(path, text, tuple(script_args), os.getcwd()), order, options, callbacks,
+                            claims, user)
     for record in result.runs:
         saved = (f"last checkpoint {record['checkpoint']}" if record["checkpoint"] else
                  f"no checkpoint saved (output_dir {record['output_dir']})")
