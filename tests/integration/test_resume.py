@@ -54,9 +54,13 @@ def _script(output_dir, result, storage_options, *extra, wait=True, env=None):
     return proc
 
 
-def test_crash_before_commit_leaves_a_partial_checkpoint_that_is_never_resumed(output_url, tmp_path,
-                                                                               uninterrupted_random):
-    """With dropout and a random collator: the resumed run continues their streams exactly."""
+def test_crash_before_commit_then_a_sigkilled_rerun_then_resume_end_exact(output_url, tmp_path,
+                                                                          uninterrupted_random):
+    """With dropout and a random collator, three drivers on one output_dir: the first crashes after checkpoint-8's
+    files and before its commit (a partial checkpoint, never resumed); the second resumes from checkpoint-4 and is
+    killed with SIGKILL once it has committed a checkpoint of its own; the third resumes from that one. The runs
+    after the crash continue the streams exactly: every step from 5 saw the uninterrupted run's samples, and the
+    weights end equal. (The crash and the SIGKILLed driver were two tests, with a driver each more.)"""
     output_dir, opts = output_url
     crashed = _script(output_dir, tmp_path / "r1.pt", opts, "--crash-before-commit", "8", "--random")
     assert crashed.returncode == 17, crashed.stdout.read()
@@ -64,35 +68,37 @@ def test_crash_before_commit_leaves_a_partial_checkpoint_that_is_never_resumed(o
     assert listed == {4: True, 8: False}
     assert newest_committed(output_dir, opts).endswith("checkpoint-4")
 
+    def committed_step():
+        url = newest_committed(output_dir, opts)
+        return None if url is None else int(url.rsplit("-", 1)[1])
+
+    # 0.6 s a step: after checkpoint-8 commits, 4 steps (2.4 s) are left to kill it in, as the 8 steps at 0.3 s
+    # after checkpoint-4 were for a first run.
     seen = tmp_path / "seen.jsonl"
-    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--seen", str(seen), "--random")
-    assert resumed.returncode == 0, resumed.stdout.read()
-    result = torch.load(tmp_path / "r2.pt")
-    assert result["global_step"] == STEPS
-    ref_weights, ref_seen = uninterrupted_random
-    assert_same_weights(result["weights"], ref_weights)
-    # Resumed from checkpoint-4: steps 5.. saw exactly the samples the uninterrupted run saw.
-    assert _seen(seen) == {s: idx for s, idx in ref_seen.items() if s > 4}
-    assert {c.step: c.committed for c in list_checkpoints(output_dir, opts)} == {4: True, 8: True, 12: True}
-
-
-def test_driver_killed_with_sigkill_then_rerun_with_resume(output_url, tmp_path, uninterrupted_random):
-    output_dir, opts = output_url
-    proc = _script(output_dir, tmp_path / "r1.pt", opts, "--sleep-per-step", "0.3", "--random", wait=False)
+    proc = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--seen", str(seen), "--random",
+                   "--sleep-per-step", "0.6", wait=False)
     deadline = time.time() + 120
-    while newest_committed(output_dir, opts) is None and time.time() < deadline:
+    while (committed_step() or 0) <= 4 and time.time() < deadline:
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not os.path.exists(tmp_path / "r1.pt")
-    first = newest_committed(output_dir, opts)
-    assert first is not None and int(first.rsplit("-", 1)[1]) < STEPS
+    assert not os.path.exists(tmp_path / "r2.pt")
+    killed_at = committed_step()
+    assert 4 < killed_at < STEPS  # checkpoint-8, committed by the resumed run that was killed
 
-    resumed = _script(output_dir, tmp_path / "r2.pt", opts, "--resume", "--random")
+    resumed = _script(output_dir, tmp_path / "r3.pt", opts, "--resume", "--seen", str(seen), "--random")
     assert resumed.returncode == 0, resumed.stdout.read()
-    result = torch.load(tmp_path / "r2.pt")
-    assert_same_weights(result["weights"], uninterrupted_random[0])
+    result = torch.load(tmp_path / "r3.pt")
+    assert result["global_step"] == STEPS
+    ref_weights, ref_seen = uninterrupted_random
+    assert_same_weights(result["weights"], ref_weights)
+    # Steps 5.. saw exactly the samples the uninterrupted run saw: the killed run's steps and the last run's
+    # (a step the kill cut short is seen twice, the same samples both times).
+    records = [json.loads(line) for line in open(seen)]
+    assert {r["step"] for r in records} == {s for s in ref_seen if s > 4}
+    assert all(r["idx"] == ref_seen[r["step"]] for r in records), records
+    assert {c.step: c.committed for c in list_checkpoints(output_dir, opts)} == {4: True, 8: True, 12: True}
 
 
 def test_resume_true_without_a_checkpoint_is_a_clear_error(tmp_path):
