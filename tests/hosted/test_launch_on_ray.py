@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -80,41 +79,38 @@ def test_a_lost_worker_resumes_by_itself_on_s3(uninterrupted, s3_bucket, s3_serv
         ("checkpoint-3", True), ("checkpoint-6", True), ("checkpoint-8", True)]
 
 
-def test_a_damaged_newest_checkpoint_is_passed_over_by_name(uninterrupted, tmp_path, capfd):
-    output_dir = str(tmp_path / "run")
-    shutil.copytree(uninterrupted[0], output_dir)
-    model = os.path.join(output_dir, "checkpoint-8", "model.safetensors")
-    with open(model, "r+b") as f:
-        f.truncate(os.path.getsize(model) // 2)
-    launch(output_dir, str(tmp_path / "results"))
-    err = capfd.readouterr().err
-    assert "Trainer resumes from checkpoint-6 (step 6)" in err and "passed over checkpoint-8 (model.safetensors" in err
-    assert_same_run(str(tmp_path / "results"), uninterrupted[1])
-
-
-def test_the_same_command_resumes_after_the_driver_was_killed(uninterrupted, join_session_ray, tmp_path, capfd):
-    """The driver (`raytrainer launch`) is killed while rank 0 sits in step 6's save: checkpoint-3 is committed,
-    checkpoint-6 is not. The same run again removes the unfinished one, says so, takes over the lease of the
-    dead driver and resumes from checkpoint-3."""
+def test_the_same_command_resumes_after_the_driver_was_killed_passing_a_damaged_checkpoint_by_name(
+        uninterrupted, join_session_ray, tmp_path, capfd):
+    """The driver (`raytrainer launch`) is killed while rank 0 sits in step 8's save: checkpoint-3 and checkpoint-6
+    are committed, checkpoint-8 is not. Then the newest committed one, checkpoint-6, is damaged (its weights
+    file cut in half). The same run again removes the unfinished one, says so, takes over the lease of the dead
+    driver, passes over the damaged one by name and resumes from checkpoint-3. (The damaged checkpoint was a test
+    of its own, with a launch more.)"""
     output_dir, results = str(tmp_path / "run"), str(tmp_path / "results")
     command = [sys.executable, "-m", "raytrainer", "launch", "--num_workers", "2", "--disable_tqdm", SCRIPT,
                "--output_dir", output_dir, "--results", results]
-    first = subprocess.Popen(command + ["--pause_at", "6", "--pause_s", "120"], env=join_session_ray,
+    first = subprocess.Popen(command + ["--pause_at", "8", "--pause_s", "120"], env=join_session_ray,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while not os.path.isdir(os.path.join(output_dir, "checkpoint-6")):
-            assert first.poll() is None and time.monotonic() < deadline, "the first run never reached step 6"
+        while not os.path.isdir(os.path.join(output_dir, "checkpoint-8")):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never reached step 8"
             time.sleep(0.5)
         time.sleep(1.0)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+    assert [(os.path.basename(i.url), i.committed) for i in list_checkpoints(output_dir)] == [
+        ("checkpoint-3", True), ("checkpoint-6", True), ("checkpoint-8", False)]
+    model = os.path.join(output_dir, "checkpoint-6", "model.safetensors")
+    with open(model, "r+b") as f:
+        f.truncate(os.path.getsize(model) // 2)
     # The same command again, as raytrainer.launch in this process (the command line was the first's): the lease
-    # of the dead driver is taken over, the unfinished checkpoint removed.
+    # of the dead driver is taken over, the unfinished checkpoint removed, the damaged one passed over.
     launch(output_dir, results)
     err = capfd.readouterr().err
-    assert "removed 1 unfinished checkpoint(s)" in err and "checkpoint-6" in err
+    assert "removed 1 unfinished checkpoint(s)" in err and "checkpoint-8" in err
+    assert "passed over checkpoint-6 (model.safetensors" in err
     assert "Trainer resumes from checkpoint-3 (step 3)" in err
     assert_same_run(results, uninterrupted[1])
     assert join(output_dir, "checkpoint-8") == list_checkpoints(output_dir)[-1].url
