@@ -12,7 +12,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -205,10 +205,11 @@ def make_timed_trainer_class():
     return TimedTrainer
 
 
-def make_step_stamps_callback(path: str, started: float):
+def make_step_stamps_callback(path: str, started: float, extra: Optional[Callable[[], dict]] = None):
     """A `transformers.TrainerCallback` for a timed script (hosted_sft.py, gpu_hosted_script.py): rank 0
-    writes the script's start (`started`, taken before its imports), train begin and every step end to `path`.
-    Built on call, so that importing this module needs no transformers."""
+    writes the script's start (`started`, taken before its imports), train begin and every step end to `path`,
+    with what `extra()` returns at train end. Built on call, so that importing this module needs no
+    transformers."""
     from transformers import TrainerCallback
 
     class Stamps(TrainerCallback):
@@ -224,7 +225,8 @@ def make_step_stamps_callback(path: str, started: float):
         def on_train_end(self, args, state, control, **kwargs):
             if path and state.is_world_process_zero:
                 with open(path, "w") as f:
-                    json.dump({"started": started, "train_begin": self.begin, "steps": self.steps}, f)
+                    json.dump({"started": started, "train_begin": self.begin, "steps": self.steps,
+                               **(extra() if extra else {})}, f)
 
     return Stamps()
 

@@ -1,10 +1,11 @@
 """One command for a GPU machine: raytrainer against what a user would otherwise run, in one table and one JSON.
 
     python3 benchmarks/gpu.py --rounds 3 --json /tmp/gpu.json          # all parts, <= 7 min on one GPU
-    python3 benchmarks/gpu.py --parts own,hosted                         # a shorter second run
+    python3 benchmarks/gpu.py --parts own:ddp,hosted --budget-s 300      # a shorter second run
     python benchmarks/gpu.py --device cpu --smoke --json /tmp/gpu.json   # every part on tiny models (CI, ~1 min)
 
-Parts (`--parts`, all by default), G = the visible GPUs (1 worker on CPU):
+Parts (`--parts`, all by default; `own:ddp` or `hosted:fsdp` runs one strategy of a part), G = the visible GPUs
+(1 worker on CPU):
   own     raytrainer's loop against the hand-written loop (benchmarks/gpu_loops.py: same model, rows, bf16, fused
           AdamW, clipping, per-block compile and sharding), both on the same warm worker group (the hand loop through
           raytrainer.launch, paired.py's method), DDP and FSDP2, alternating order, --rounds rounds: median and p25
@@ -18,7 +19,9 @@ Parts (`--parts`, all by default), G = the visible GPUs (1 worker on CPU):
           against `torchrun --nproc_per_node G`, alternating, step time from the script's own stamps; once with
           DDP, once with HF's fsdp="full_shard" (accelerate's FSDP cannot run on CPU: skipped there, said so).
 Where a target is missed, one more short run of each side records a torch.profiler summary (top kernels, the
-device's busy share of the window) in the JSON (--profile never|auto|always).
+device's busy share of the window, the host's waits on the device, the host ops with most CPU time) in the JSON,
+printed under the table (--profile never|auto|always). Each side also records what in its process could make the
+same loop slower (threads, switch interval, determinism, TF32, accelerate's mode: gpu_loops.process_facts).
 
 On a GPU, rounds after the first are run only while the --budget-s left covers the parts after them, and the JSON
 is written after every part ("complete": false until the end, "rounds_run" per comparison): a run stopped by the
@@ -52,6 +55,7 @@ import gpu_loops  # noqa: E402
 from gpu_loops import Workload  # noqa: E402
 
 PARTS = ("own", "mfu", "hosted")
+STRATEGIES = ("ddp", "fsdp")  # of the own and hosted parts
 HOSTED_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_hosted_script.py")
 TARGET_STEP, TARGET_MEM, TARGET_MFU = 1.03, 1.05, 0.40
 
@@ -65,6 +69,7 @@ LLAMA = {"gpu": (dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192
                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
                    dict(seq=32, batch=2, steps=8, log_every=4))}
 HOSTED_STEPS = {"gpu": 120, "smoke": 8}
+PROFILE_STEPS = 5  # the steps a profiled run's window covers (the hosted part's: the last of its steps)
 # On a GPU the run must end inside gpu-perf.sh's 480 s limit, or what it measured is lost with it: rounds after the
 # first are run only while this much of --budget-s is left (the 1B model's compile and the hosted part come after
 # `own`; a hosted round is 2 launches of HOSTED_STEPS), and the JSON is written after every part.
@@ -87,7 +92,7 @@ def side(stamps: dict, w: Workload) -> dict:
     tokens_per_s = w.batch * w.seq * w.world / (stats["median_ms"] / 1e3)
     return {**stats, "tokens_per_s": tokens_per_s, "peak_mem_mb": stamps.get("peak_mem_mb"),
             "device_name": stamps.get("device_name"), "peak_flops": stamps.get("peak_flops"),
-            "profile": stamps.get("profile")}
+            "profile": stamps.get("profile"), "process": stamps.get("process")}
 
 
 def pair(w: Workload, workdir: str, tag: str, hand_first: bool) -> dict:
@@ -113,7 +118,7 @@ def profile_pair(w: Workload, workdir: str, tag: str) -> dict:
 def part_own(opts, workdir: str, clock: Clock) -> dict:
     size, shape = GPT[opts.size]
     results = {}
-    for strategy in ("ddp", "fsdp"):
+    for strategy in opts.strategies["own"]:
         w = Workload(model="gpt", size=size, strategy=strategy, device=opts.device, bf16=opts.bf16, world=opts.world,
                      **shape)
         rounds = [pair(w, workdir, f"own-{strategy}-r{r}", hand_first=r % 2 == 0) for r in range(opts.rounds)
@@ -157,32 +162,48 @@ def mfu(figures: dict, flops_per_token: float, world: int, opts) -> float:
 
 def part_hosted(opts, workdir: str, clock: Clock) -> dict:
     results = {}
-    for variant in ("ddp", "fsdp"):
+    for variant in opts.strategies["hosted"]:
         if variant == "fsdp" and opts.device != "cuda":
             results[variant] = {"skipped": "accelerate's FSDP cannot run on CPU"}
             continue
-        rounds = []
-        for r in range(opts.rounds):
-            if r > 0 and opts.device == "cuda" and clock.left() < RESERVE_HOSTED_ROUND_S:
-                break  # the rounds run are in the JSON; a killed run would have left none
-            order = ("torchrun", "launch") if r % 2 == 0 else ("launch", "torchrun")
-            got = {name: run_hosted(name, variant, opts, workdir, f"{variant}-r{r}") for name in order}
-            got["ratio"] = got["launch"]["steady_step_ms"] / got["torchrun"]["steady_step_ms"]
-            print(f"    hosted {variant} r{r}: launch {got['launch']['steady_step_ms']:.2f} ms, torchrun "
-                  f"{got['torchrun']['steady_step_ms']:.2f} ms", flush=True)
-            rounds.append(got)
-        ratios = [r["ratio"] for r in rounds]
-        results[variant] = {"rounds": rounds, "ratios": ratios, "median": statistics.median(ratios)}
+        try:  # one variant's failure (HF's FSDP) must not lose the other's figures
+            results[variant] = hosted_variant(variant, opts, workdir, clock)
+        except Exception as exc:
+            results[variant] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"    hosted {variant} failed: {results[variant]['error'][:400]}", flush=True)
     return results
 
 
-def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str) -> dict:
+def hosted_variant(variant: str, opts, workdir: str, clock: Clock) -> dict:
+    rounds = []
+    for r in range(opts.rounds):
+        if r > 0 and opts.device == "cuda" and clock.left() < RESERVE_HOSTED_ROUND_S:
+            break  # the rounds run are in the JSON; a killed run would have left none
+        order = ("torchrun", "launch") if r % 2 == 0 else ("launch", "torchrun")
+        got = {name: run_hosted(name, variant, opts, workdir, f"{variant}-r{r}") for name in order}
+        got["ratio"] = got["launch"]["steady_step_ms"] / got["torchrun"]["steady_step_ms"]
+        print(f"    hosted {variant} r{r}: launch {got['launch']['steady_step_ms']:.2f} ms, torchrun "
+              f"{got['torchrun']['steady_step_ms']:.2f} ms", flush=True)
+        rounds.append(got)
+    ratios = [r["ratio"] for r in rounds]
+    result = {"rounds": rounds, "ratios": ratios, "median": statistics.median(ratios)}
+    if want_profile(opts, result["median"] > TARGET_STEP, clock, RESERVE_HOSTED_ROUND_S):
+        try:  # the rounds above stand without it
+            result["profile"] = {name: run_hosted(name, variant, opts, workdir, f"{variant}-profile", profile=True)
+                                 for name in ("torchrun", "launch")}
+        except Exception as exc:
+            result["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return result
+
+
+def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str, profile: bool = False) -> dict:
     import raytrainer
 
     stamps = os.path.join(workdir, f"hosted-{launcher}-{tag}.json")
+    steps = HOSTED_STEPS[opts.size] // 2 if profile else HOSTED_STEPS[opts.size]
     script_args = ["--output_dir", os.path.join(workdir, f"hosted-{launcher}-{tag}"), "--stamps", stamps,
-                   "--max_steps", str(HOSTED_STEPS[opts.size]), "--size", opts.size] + \
-        (["--fsdp"] if variant == "fsdp" else [])
+                   "--max_steps", str(steps), "--size", opts.size] + (["--fsdp"] if variant == "fsdp" else []) + \
+        (["--profile", str(min(PROFILE_STEPS, steps // 2))] if profile else [])
     called = time.time()
     if launcher == "launch":
         raytrainer.launch(HOSTED_SCRIPT, script_args, num_workers=opts.world, use_gpu=opts.device == "cuda",
@@ -194,8 +215,10 @@ def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str) -> dic
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(opts.world),
                         HOSTED_SCRIPT, *script_args], check=True, env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-    # the script's start, train begin, every step end (wall clock)
-    return {**common.script_phases(common.read_stamps(stamps), called), "call_s": time.time() - called}
+    # the script's start, train begin, every step end (wall clock); the facts of its process and its profile
+    got = common.read_stamps(stamps)
+    return {**common.script_phases(got, called), "call_s": time.time() - called,
+            **{k: got.get(k) for k in ("process", "parallel_mode", "distributed_type", "profile")}}
 
 
 def want_profile(opts, missed: bool, clock: Clock, needs_s: float) -> bool:
@@ -270,7 +293,7 @@ def table(opts, head: dict, parts: dict):
                  [f"1B peak mem MB, compile {key}", f"{own['peak_mem_mb']:.0f}", f"{hand['peak_mem_mb']:.0f}",
                   got["peak_mem_ratio"], "", f"<= {TARGET_MEM}", met(got["peak_mem_ratio"] <= TARGET_MEM)]]
     for variant, result in (parts.get("hosted") or {}).items():
-        if "median" not in result:
+        if "median" not in result:  # skipped, or failed
             rows.append([f"hosted/torchrun {variant}", "-", "-", "-",
                          (result.get("skipped") or result.get("error", ""))[:60], "", ""])
             continue
@@ -284,6 +307,7 @@ def table(opts, head: dict, parts: dict):
              + (" -- SMOKE: tiny models, figures mean nothing" if opts.smoke else ""),
              "own = raytrainer's loop (hosted: raytrainer launch); base = the hand loop (hosted: torchrun); ratio: "
              "median of the per-round ratios"]
+    notes += profile_notes(parts)
     if opts.device != "cuda":
         notes.append(f"CPU: MFU over a nominal {opts.cpu_peak_flops:.0e} FLOP/s, peak memory = the worker "
                      "process's peak RSS (not comparable between runs in one process)")
@@ -291,12 +315,47 @@ def table(opts, head: dict, parts: dict):
                        ["measure", "own", "base", "ratio", "per round", "target", "met"], rows, notes=notes)
 
 
+def profile_notes(parts: dict) -> list:
+    """One line per profiled side: the device's busy share, the host's waits on it, its busiest host ops."""
+    lines = []
+    for part in ("own", "hosted"):
+        for variant, result in (parts.get(part) or {}).items():
+            for name, got in ((result or {}).get("profile") or {}).items():
+                if not isinstance(got, dict):  # {"error": ...}: the profiled run failed
+                    lines.append(f"profile {part} {variant}: {name} {str(got)[:120]}")
+                    continue
+                summary = got.get("profile") if part == "hosted" else got
+                if not summary:
+                    continue
+                busy = summary.get("device_busy_share")
+                syncs = ", ".join(f"{k} x{v[0]} {v[1]:.1f} ms" for k, v in (summary.get("syncs") or {}).items())
+                host = ", ".join(f"{k} {ms:.1f} ms" for k, ms, _ in (summary.get("host_top") or [])[:4])
+                lines.append(f"profile {part} {variant} {name}: window {summary['window_ms']:.0f} ms, device busy "
+                             f"{'-' if busy is None else f'{busy:.2f}'}; syncs: {syncs or 'none'}; host: {host}")
+    return lines
+
+
+def parse_parts(parser, text: str) -> tuple:
+    """--parts "own:ddp,hosted" -> (parts in order, {part: strategies})."""
+    wanted, strategies = [], {"own": [], "hosted": []}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, strategy = item.partition(":")
+        if name not in PARTS or (strategy and (name not in strategies or strategy not in STRATEGIES)):
+            parser.error(f"--parts: unknown {item!r}; of {PARTS}, own and hosted optionally :ddp or :fsdp")
+        if name not in wanted:
+            wanted.append(name)
+        if name in strategies:
+            strategies[name] += [s for s in ([strategy] if strategy else STRATEGIES) if s not in strategies[name]]
+    return [p for p in PARTS if p in wanted], strategies
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true", help="tiny models, few steps (CI; about a minute on CPU)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per comparison (default 3; --smoke 1)")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {','.join(PARTS)}")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, of {','.join(PARTS)}; own:ddp, hosted:fsdp: one strategy only")
     parser.add_argument("--no-compile", action="store_true", help="the 1B model without torch_compile only")
     parser.add_argument("--profile", choices=("never", "auto", "always"), default=None,
                         help="a torch.profiler summary per side: auto (default; --smoke: never) = where a target is "
@@ -310,10 +369,7 @@ def main(argv=None):
     opts.size = "smoke" if opts.smoke or opts.device == "cpu" else "gpu"
     opts.bf16 = opts.device == "cuda"
     opts.world = max(torch.cuda.device_count(), 1) if opts.device == "cuda" else 1
-    wanted = [p.strip() for p in opts.parts.split(",") if p.strip()]
-    unknown = set(wanted) - set(PARTS)
-    if unknown:
-        parser.error(f"--parts: unknown {sorted(unknown)}; of {PARTS}")
+    wanted, opts.strategies = parse_parts(parser, opts.parts)
     clock = Clock(opts.budget_s)
     common.quiet_ray_logs()
     torch.set_num_threads(1 if opts.device == "cpu" else torch.get_num_threads())
@@ -324,7 +380,7 @@ def main(argv=None):
     runners = {"own": part_own, "mfu": part_mfu, "hosted": part_hosted}
     parts = {}
     try:
-        for name in (p for p in PARTS if p in wanted):
+        for name in wanted:
             t0 = time.time()
             print(f"[{name}] ...", flush=True)
             try:

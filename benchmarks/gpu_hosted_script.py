@@ -2,7 +2,9 @@
 a Llama built from a config, random token rows made in code (a torch Dataset: the GPU machine has no HF
 `datasets`), bf16 on a GPU. It knows nothing of raytrainer. `--fsdp`: HF's own `fsdp="full_shard"` (accelerate's
 FSDP; GPU only). `--stamps FILE`: rank 0 writes the wall-clock times of the script's start, of train begin and of
-every step end (hosted_sft.py's format)."""
+every step end (hosted_sft.py's format), with what may make the same script slower under one launcher (threads,
+switch interval, determinism, accelerate's mode) and, with `--profile N`, a torch.profiler summary of the last N
+steps (gpu_loops.StepProfile: kernels, the device's busy share, the host's waits on it)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ import sys  # noqa: E402
 import types  # noqa: E402
 
 import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import make_step_stamps_callback  # noqa: E402
 from fsdp import TokenRows  # noqa: E402  (random token rows, generated per index from the seed)
+from gpu_loops import StepProfile, process_facts  # noqa: E402
 
 SIZES = {  # name: (LlamaConfig fields, sequence length, batch per process)
     "gpu": (dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
@@ -37,6 +40,7 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="gpu")
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument("--stamps", default="")
+    parser.add_argument("--profile", type=int, default=0, help="profile the last N steps (rank 0)")
     options = parser.parse_args()
     fields, seq, batch = SIZES[options.size]
     gpu = torch.cuda.is_available()
@@ -51,8 +55,36 @@ def main():
                              per_device_train_batch_size=batch, logging_steps=10, save_strategy="no",
                              report_to="none", disable_tqdm=True, learning_rate=3e-4, seed=42, use_cpu=not gpu,
                              bf16=gpu, dataloader_num_workers=0, **fsdp)
-    stamps = make_step_stamps_callback(options.stamps, STARTED)
-    Trainer(model=model, args=args, train_dataset=rows, callbacks=[stamps]).train()
+    watch = Watch(options.max_steps, options.profile)
+    stamps = make_step_stamps_callback(options.stamps, STARTED, extra=watch.facts)
+    trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[watch, stamps])
+    watch.trainer = trainer
+    trainer.train()
+
+
+class Watch(TrainerCallback):
+    """Rank 0's facts of the run, at its middle step (threads are up), and the profile of its last steps."""
+
+    def __init__(self, max_steps: int, profile_steps: int):
+        self.middle, self.trainer, self.process = max_steps // 2, None, None
+        self.profile = StepProfile(max_steps - profile_steps, profile_steps, torch.device(
+            "cuda" if torch.cuda.is_available() else "cpu"))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.profile.step(state.global_step)
+            if state.global_step == self.middle:
+                self.process = process_facts()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.profile.step(state.global_step)
+
+    def facts(self) -> dict:
+        accelerator = getattr(self.trainer, "accelerator", None)
+        return {"process": self.process, "profile": self.profile.summary,
+                "parallel_mode": str(self.trainer.args.parallel_mode),
+                "distributed_type": str(getattr(accelerator, "distributed_type", None))}
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def figures(w: Workload) -> dict:
         torch.cuda.synchronize(device)
         peak = torch.cuda.max_memory_allocated(device) - _MEMORY_BASE.get("bytes", 0)
         return {"peak_mem_mb": peak / 2**20, "device_name": torch.cuda.get_device_name(device),
-                "peak_flops": peak_flops(device, precision=w.precision)}
+                "peak_flops": peak_flops(device, precision=w.precision), "process": process_facts()}
     return {"peak_mem_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "device_name": "cpu",
             "peak_flops": None}
 
@@ -163,13 +163,36 @@ class StepProfile:
             self.prof = None
 
 
+# The host-side calls that wait for the device (a sync), and the ops that read a device value on the host.
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+              "cudaMemcpyAsync", "aten::_local_scalar_dense", "aten::item")
+
+
 def summarise_profile(prof, window_us: float, cuda: bool, top: int = 8) -> dict:
+    """Where a window's time goes: `top` kernels (or CPU ops) by self time, the device's busy share, the host's
+    waits on the device (`syncs`: name -> [count, host ms]) and the host ops with most self CPU time."""
     events = prof.key_averages()
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     busy = sum(getattr(e, key, 0) for e in events) / window_us if cuda else None  # kernels only have device time
     ranked = sorted(events, key=lambda e: getattr(e, key, 0), reverse=True)[:top]
+    host = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
     return {"window_ms": window_us / 1e3, "device_busy_share": busy,
-            "top": [[e.key[:60], round(getattr(e, key, 0) / 1e3, 3), e.count] for e in ranked]}
+            "top": [[e.key[:60], round(getattr(e, key, 0) / 1e3, 3), e.count] for e in ranked],
+            "host_top": [[e.key[:60], round(e.self_cpu_time_total / 1e3, 3), e.count] for e in host],
+            "syncs": {e.key: [e.count, round(e.cpu_time_total / 1e3, 3)] for e in events if e.key in SYNC_CALLS}}
+
+
+def process_facts() -> dict:
+    """What in this process could make the same loop slower here than elsewhere: threads, the switch interval,
+    torch's thread count and determinism, TF32, the variables CUDA reads."""
+    import threading
+
+    matmul = torch.backends.cuda.matmul
+    return {"threads": sorted(t.name for t in threading.enumerate()), "switch_interval": sys.getswitchinterval(),
+            "torch_threads": torch.get_num_threads(), "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark, "tf32": bool(matmul.allow_tf32),
+            "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS",
+                                                   "LOCAL_RANK", "WORLD_SIZE") if k in os.environ}}
 
 
 # --------------------------------------------------------------------------------------- the hand loop

@@ -39,12 +39,7 @@ def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[Hosted
     """Run the order on this rank; rank 0's `HostedResult` (None on the other ranks)."""
     host = Host(order, ctx, emitter)
     value = model_state = None
-    with sandbox(), installed(host), switch_interval(JOB_SWITCH_INTERVAL_S):
-        if ctx.world_size == 1:
-            # One worker runs the script as one plain process would (no DDP wrapper around a group of one, and
-            # what HF refuses under DDP, the layer-wise optimizers, runs): accelerate reads these to go distributed.
-            for name in ONE_PROCESS_UNSET:
-                os.environ.pop(name, None)
+    with sandbox(), installed(host), switch_interval(JOB_SWITCH_INTERVAL_S), one_process(ctx.world_size):
         if ctx.device.type == "cpu":
             # accelerate treats a CPU process as distributed only when told (`accelerate launch --cpu`, or
             # use_cpu=True): without it every rank of a CPU group would train alone, as under torchrun.
@@ -59,6 +54,35 @@ def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[Hosted
     if not ctx.is_main:
         return None
     return HostedResult(runs=tuple(host.runs), value=value, model_state=model_state)
+
+
+@contextlib.contextmanager
+def one_process(world_size: int):
+    """One worker runs the job as one plain process would: no DDP wrapper around a group of one, and what HF
+    refuses under DDP (the layer-wise optimizers) runs. accelerate reads RANK, LOCAL_RANK, WORLD_SIZE to go
+    distributed, so they are unset for the job; except for arguments that ask for FSDP, which HF runs only
+    distributed ("Using fsdp only works in distributed training"): those are built as under `torchrun
+    --nproc_per_node 1`, with the variables back (accelerate reads them in `TrainingArguments.__post_init__`
+    and again in the Trainer). sandbox() puts the environment back after the job."""
+    if world_size != 1:
+        yield
+        return
+    import transformers
+
+    saved = {name: os.environ.pop(name) for name in ONE_PROCESS_UNSET if name in os.environ}
+    cls = transformers.TrainingArguments
+    post_init = cls.__dict__["__post_init__"]
+
+    def hosted_post_init(self, *args, **kwargs):
+        if self.fsdp:  # as given ("full_shard", a list, True): HF parses it in __post_init__
+            os.environ.update(saved)
+        return post_init(self, *args, **kwargs)
+
+    cls.__post_init__ = hosted_post_init
+    try:
+        yield
+    finally:
+        cls.__post_init__ = post_init
 
 
 @contextlib.contextmanager
