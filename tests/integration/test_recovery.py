@@ -85,72 +85,43 @@ def test_worker_killed_after_first_save_recovers_to_the_uninterrupted_weights(ou
     assert saved.global_step == 10 and len(saved.restarts) == 1
 
 
-class DiesMidSave(Trainer):
-    """Rank 0's checkpoint writer kills the process after writing checkpoint-8's model files, before the
-    rest and the commit marker: a partial checkpoint on disk, once (`marker` as in DiesOnce)."""
+class DiesMidSaveAfterDamage(Trainer):
+    """Rank 0's checkpoint writer, once checkpoint-8 is committed, overwrites bytes inside checkpoint-8's model
+    file (same size: only the checksum tells), then kills the process after writing checkpoint-10's model files,
+    before the rest and the commit marker: a damaged committed checkpoint and a partial one on disk, once
+    (`marker` as in DiesOnce)."""
 
     def _save(self, output_dir, state_dict=None, model=None):
         super()._save(output_dir, state_dict=state_dict, model=model)
-        if output_dir.rstrip("/").endswith("checkpoint-8") and not os.path.exists(self.marker):
+        if output_dir.rstrip("/").endswith("checkpoint-10") and not os.path.exists(self.marker):
+            checkpoint = join(self.args.output_dir, "checkpoint-8")
+            while not is_committed(checkpoint):
+                time.sleep(0.05)
+            model_file = os.path.join(checkpoint, "model.safetensors")
+            with open(model_file, "r+b") as f:
+                f.seek(os.path.getsize(model_file) // 2)
+                f.write(b"\xff" * 64)
             open(self.marker, "w").close()
             os._exit(1)
 
 
-def test_worker_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_path):
+def test_a_restart_removes_a_partial_checkpoint_passes_over_a_damaged_one_and_resumes_from_the_one_before(
+        tmp_path):
+    """A worker dies while writing checkpoint-10, after checkpoint-8 (committed) was changed in place. The restart
+    reads the newest checkpoint's checksums before loading it: checkpoint-10 was never committed, checkpoint-8's
+    model file fails its checksum and is passed over; the run restarts from checkpoint-4, writes (and commits)
+    8 and 10 again, and ends with the weights of an uninterrupted run. (A worker killed mid-save and a restart
+    passing over a damaged checkpoint were two runs, with a kill and a group restart each.)"""
     output_dir = str(tmp_path / "run")
     reference = Trainer(model=make_model(), args=args(str(tmp_path / "ref"), None, 0, 8),
                         train_dataset=TokenData(48))
     reference.train()
 
-    trainer = DiesMidSave(model=make_model(), args=args(output_dir, None, 2, 4), train_dataset=TokenData(48))
+    trainer = DiesMidSaveAfterDamage(model=make_model(), args=args(output_dir, None, 2, 4),
+                                     train_dataset=TokenData(48))
     trainer.marker = str(tmp_path / "killed")
     trainer.train()
     assert os.path.exists(trainer.marker), "the injected failure never happened"
-    # checkpoint-8 was never committed by the first attempt: the restart resumed from checkpoint-4,
-    # removed the partial checkpoint-8, and wrote (and committed) it again.
     assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-4"]
     assert {c.step: c.committed for c in list_checkpoints(output_dir)} == {4: True, 8: True, 10: True}
     assert_same_weights(weights(trainer.model), weights(reference.model))
-
-
-class DamagesThenDies(TrainerCallback):
-    """On rank 1, once checkpoint-8 is committed: overwrite bytes inside its model file (same size: only the
-    checksum tells), then kill the process, once."""
-
-    on_every_rank = True
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def on_step_end(self, args, state, control, **kwargs):
-        import torch.distributed as dist
-
-        if state.global_step != 9 or dist.get_rank() != 1 or os.path.exists(self.marker):
-            return
-        checkpoint = join(args.output_dir, "checkpoint-8")
-        while not is_committed(checkpoint):
-            time.sleep(0.05)
-        model = os.path.join(checkpoint, "model.safetensors")
-        with open(model, "r+b") as f:
-            f.seek(os.path.getsize(model) // 2)
-            f.write(b"\xff" * 64)
-        open(self.marker, "w").close()
-        os._exit(1)
-
-
-def test_a_restart_passes_over_a_same_size_damaged_checkpoint(tmp_path):
-    """The restart after a lost worker reads the newest checkpoint's checksums before loading it: checkpoint-8,
-    changed in place, is passed over (and kept), and the run restarts from checkpoint-4 to the weights of an
-    uninterrupted run."""
-    output_dir = str(tmp_path / "run")
-    reference = Trainer(model=make_model(), args=args(str(tmp_path / "ref"), None, 0, 8),
-                        train_dataset=TokenData(48))
-    reference.train()
-    marker = str(tmp_path / "damaged")
-    trainer = Trainer(model=make_model(), args=args(output_dir, None, 2, 4), train_dataset=TokenData(48),
-                      callbacks=[DamagesThenDies(marker)])
-    trainer.train()
-    assert os.path.exists(marker), "the injected damage never happened"
-    assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-4"]
-    assert_same_weights(weights(trainer.model), weights(reference.model))
-    assert {c.step: c.committed for c in list_checkpoints(output_dir)} == {4: True, 8: True, 10: True}
