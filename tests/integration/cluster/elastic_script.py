@@ -10,8 +10,8 @@ every process here shares the disk):
   the group dies, Ray Train restarts it with 1 worker); at step 9 with 1 worker it writes `paused-1` and
   waits (the test adds a node back: Ray Train's elastic monitor restarts the group with 2). Each pause
   waits for the previous checkpoint to be committed first, and ends by itself after 120 s (the test then
-  fails on the missing resize rather than hanging);
-- "sigterm": rank 1 sends SIGTERM to its own process during step 3, once.
+  fails on the missing resize rather than hanging). Then, grown back to 2 workers, rank 1 sends SIGTERM to
+  its own process during step 13, once: a preemption, which every rank saves at a step boundary.
 The result (weights, trainer state) goes to WORK_DIR/result.pt.
 """
 
@@ -29,18 +29,18 @@ from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.storage import join
 from tests.models import TokenData, make_model
 
-STEPS, SAMPLES, SAVE_STEPS = 12, 48, 2  # global batch 8: 6 steps per epoch, 2 epochs
+STEPS, SAMPLES, SAVE_STEPS = 18, 48, 4  # global batch 8: 6 steps per epoch, 3 epochs
 PAUSES = {2: 5, 1: 9}  # world size -> the step during which the shrink-grow run pauses at that size
 PAUSE_LIMIT_S = 120
+SIGTERM_AT = 13  # the step during which rank 1 of the regrown group sends itself SIGTERM
 
 
 def training_args(output_dir, scenario):
-    elastic = scenario == "shrink-grow"
+    # max_failures=1: the node loss is the one failure; a preemption counted as a failure would end the run.
     return TrainingArguments(
-        output_dir=output_dir, num_workers=(1, 2) if elastic else 2, per_device_train_batch_size=4,
-        max_steps=STEPS, save_steps=SAVE_STEPS if elastic else 100, learning_rate=1e-2, optim="adamw_torch",
-        logging_steps=4, disable_tqdm=True, seed=5, max_failures=2 if elastic else 0,
-        elastic_resize_monitor_interval_s=2.0, allow_local_output_dir_on_multinode=True)
+        output_dir=output_dir, num_workers=(1, 2), per_device_train_batch_size=4, max_steps=STEPS,
+        save_steps=SAVE_STEPS, learning_rate=1e-2, optim="adamw_torch", logging_steps=4, disable_tqdm=True, seed=5,
+        max_failures=1, elastic_resize_monitor_interval_s=2.0, allow_local_output_dir_on_multinode=True)
 
 
 class Probe(Trainer):
@@ -49,7 +49,7 @@ class Probe(Trainer):
         self._record(step, world, inputs)
         if self.scenario == "shrink-grow" and self.ctx.rank == 0 and PAUSES.get(world) == step:
             self._pause(step, world)
-        if self.scenario == "sigterm" and self.ctx.rank == 1 and step == 3 and not self._flag("sigterm-sent"):
+        if world == 2 and self.ctx.rank == 1 and step == SIGTERM_AT and not self._flag("sigterm-sent"):
             open(os.path.join(self.work, "sigterm-sent"), "w").close()
             os.kill(os.getpid(), signal.SIGTERM)
         return super().training_step(model, inputs, num_items_in_batch)

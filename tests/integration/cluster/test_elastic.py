@@ -2,10 +2,12 @@
 a head without CPUs and two 1-CPU worker nodes, so each worker of a 2-worker group has a node of its own.
 
 - num_workers=(1, 2): a node is removed mid-run, the run continues with 1 worker from the newest committed
-  checkpoint; the node comes back, and Ray Train's elastic monitor grows the run to 2 workers again. The
-  weights equal an uninterrupted run's with the same global batch, and every sample is used once per epoch.
-- a worker receives SIGTERM: every rank saves at the next step boundary, Ray Train restarts the group as a
-  preemption (max_failures=0, so a counted failure would end the run), and the run ends exact.
+  checkpoint; the node comes back, and Ray Train's elastic monitor grows the run to 2 workers again.
+- then a worker of the regrown group receives SIGTERM: every rank saves at the next step boundary, Ray Train
+  restarts the group as a preemption (max_failures=1, spent by the node loss, so a counted failure would end
+  the run).
+The weights equal an uninterrupted run's with the same global batch, and every sample is used once per epoch.
+(The preemption was a run of its own, with a driver and a group start more.)
 
 The first phase of the shrink-grow run is also the check of the local cluster script itself: a 2-worker run
 across its two worker nodes (one worker on each); the fixture checks that stopping the cluster leaves none of
@@ -91,51 +93,44 @@ def _assert_each_sample_once_per_epoch(work):
     return last
 
 
-def test_elastic_run_shrinks_on_node_loss_and_grows_back_exact(cluster, reference, tmp_path):
+def test_elastic_run_shrinks_on_node_loss_grows_back_and_resumes_a_sigterm_as_a_preemption_exact(
+        cluster, reference, tmp_path):
     proc = _driver(cluster, tmp_path, "shrink-grow")
     _wait_for(tmp_path / "paused-2", proc)  # 2 workers at step 5, checkpoint-4 committed
     cluster.remove(1)  # a worker node vanishes
     _wait_for(tmp_path / "paused-1", proc)  # continued with 1 worker, at step 9, checkpoint-8 committed
     cluster.add(cpus=1)  # capacity returns: the elastic monitor (every 2 s here) grows the group
-    _finish(proc)
+    out = _finish(proc)  # grown back to 2: rank 1 sends itself SIGTERM during step 13
 
     result = torch.load(tmp_path / "result.pt")
     assert result["global_step"] == script.STEPS
     assert_same_weights(result["weights"], reference)
     last = _assert_each_sample_once_per_epoch(tmp_path)
-    assert [last[s][0]["world"] for s in (1, 5, 8, 9, 12)] == [2, 1, 1, 2, 2]
+    assert [last[s][0]["world"] for s in (1, 5, 8, 9, 12, script.STEPS)] == [2, 1, 1, 2, 2, 2]
     # The local cluster script's nodes are real: the 2-worker group ran one worker on each worker node (the
     # head has no CPU).
     assert len({r["node"] for r in last[1]}) == 2
 
-    shrink, grow = result["resizes"]
+    shrink, grow = result["resizes"]  # the preemption is no resize
     assert (shrink["previous_world_size"], shrink["world_size"]) == (2, 1)
     assert shrink["checkpoint"].endswith("checkpoint-4") and shrink["gradient_accumulation_steps"] == 2
     assert "rank" in shrink["cause"]  # the worker failure Ray Train reported
     assert (grow["previous_world_size"], grow["world_size"]) == (1, 2)
     assert grow["checkpoint"].endswith("checkpoint-8") and grow["gradient_accumulation_steps"] == 1
     assert "elastic monitor" in grow["cause"]
-    assert [r["reason"] for r in result["restarts"]] == ["failure", "resize"]
+    assert [r["reason"] for r in result["restarts"]] == ["failure", "resize", "preemption"]
     # The final checkpoint records both resizes in its trainer_state.json.
     final = json.load(open(tmp_path / "run" / f"checkpoint-{script.STEPS}" / "trainer_state.json"))
     assert len(final["stateful_callbacks"]["raytrainer"]["resizes"]) == 2
 
-
-def test_sigterm_to_a_worker_checkpoints_at_a_step_and_resumes_as_a_preemption(cluster, reference, tmp_path):
-    assert len(cluster.alive_nodes()) == 3  # the node added back above, or both original ones
-    out = _finish(_driver(cluster, tmp_path, "sigterm"))
+    # The preemption: saved at the boundary of the step the SIGTERM came in (13), or of one of the next two, none
+    # a step of a periodic save (save_steps=4: only the preemption wrote it), committed, and the group
+    # restarted from it.
     assert os.path.exists(tmp_path / "sigterm-sent")
-    result = torch.load(tmp_path / "result.pt")
-    assert result["global_step"] == script.STEPS
-    assert_same_weights(result["weights"], reference)
-    _assert_each_sample_once_per_epoch(tmp_path)
-
-    # save_steps=100: only the preemption and the end of the run wrote checkpoints.
     saved = {c.step: c.committed for c in list_checkpoints(str(tmp_path / "run"))}
-    (preempted_at,) = [s for s in saved if s != script.STEPS]
-    assert saved[preempted_at] and 3 <= preempted_at < script.STEPS
-    (restart,) = result["restarts"]
-    assert restart["reason"] == "preemption" and "rank 1" in restart["cause"]
-    assert restart["checkpoint"].endswith(f"checkpoint-{preempted_at}") and restart["global_step"] == preempted_at
-    assert result["resizes"] == []
+    preempted_at = result["restarts"][-1]["global_step"]
+    assert script.SIGTERM_AT <= preempted_at < script.STEPS and preempted_at % script.SAVE_STEPS, preempted_at
+    assert saved[preempted_at], saved
+    restart = result["restarts"][-1]
+    assert "rank 1" in restart["cause"] and restart["checkpoint"].endswith(f"checkpoint-{preempted_at}")
     assert "preemption" in out  # the driver showed it
