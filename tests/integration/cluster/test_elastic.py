@@ -100,6 +100,7 @@ def test_elastic_run_shrinks_on_node_loss_grows_back_and_resumes_a_sigterm_as_a_
     cluster.remove(1)  # a worker node vanishes
     _wait_for(tmp_path / "paused-1", proc)  # continued with 1 worker, at step 9, checkpoint-8 committed
     cluster.add(cpus=1)  # capacity returns: the elastic monitor (every 2 s here) grows the group
+    assert len(cluster.alive_nodes()) == 3  # the head and two worker nodes again
     out = _finish(proc)  # grown back to 2: rank 1 sends itself SIGTERM during step 13
 
     result = torch.load(tmp_path / "result.pt")
