@@ -122,6 +122,17 @@ def read_stamps(path: str) -> dict:
         return json.load(f)
 
 
+def machine_busy_s() -> float:
+    """CPU seconds this machine's cores have spent busy since boot (/proc/stat; 0.0 where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def script_phases(stamps: dict, called: float) -> dict:
     """A timed script's phases from its stamps (make_step_stamps_callback) and the time it was launched: launch ->
     script start, script start -> train begin, train begin -> first step end, and the median step after the first

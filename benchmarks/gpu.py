@@ -204,7 +204,7 @@ def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str, profil
     script_args = ["--output_dir", os.path.join(workdir, f"hosted-{launcher}-{tag}"), "--stamps", stamps,
                    "--max_steps", str(steps), "--size", opts.size] + (["--fsdp"] if variant == "fsdp" else []) + \
         (["--profile", str(min(PROFILE_STEPS, steps // 2))] if profile else [])
-    called = time.time()
+    called, cpu_before, busy_before = time.time(), time.process_time(), common.machine_busy_s()
     if launcher == "launch":
         raytrainer.launch(HOSTED_SCRIPT, script_args, num_workers=opts.world, use_gpu=opts.device == "cuda",
                           disable_tqdm=True, resume=False)
@@ -216,9 +216,12 @@ def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str, profil
                         HOSTED_SCRIPT, *script_args], check=True, env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
     # the script's start, train begin, every step end (wall clock); the facts of its process and its profile
-    got = common.read_stamps(stamps)
-    return {**common.script_phases(got, called), "call_s": time.time() - called,
-            **{k: got.get(k) for k in ("process", "parallel_mode", "distributed_type", "profile")}}
+    got, call_s = common.read_stamps(stamps), time.time() - called
+    # This driver's CPU (launch: the job's pump runs here) and the whole machine's busy cores over the call.
+    busy = {"driver_cpu_s": time.process_time() - cpu_before,
+            "machine_busy_cores": (common.machine_busy_s() - busy_before) / call_s}
+    return {**common.script_phases(got, called), "call_s": call_s, **busy,
+            **{k: got.get(k) for k in ("process", "parallel_mode", "distributed_type", "profile", "cpu_per_step")}}
 
 
 def want_profile(opts, missed: bool, clock: Clock, needs_s: float) -> bool:
@@ -307,7 +310,7 @@ def table(opts, head: dict, parts: dict):
              + (" -- SMOKE: tiny models, figures mean nothing" if opts.smoke else ""),
              "own = raytrainer's loop (hosted: raytrainer launch); base = the hand loop (hosted: torchrun); ratio: "
              "median of the per-round ratios"]
-    notes += profile_notes(parts)
+    notes += hosted_cpu_notes(parts) + profile_notes(parts)
     if opts.device != "cuda":
         notes.append(f"CPU: MFU over a nominal {opts.cpu_peak_flops:.0e} FLOP/s, peak memory = the worker "
                      "process's peak RSS (not comparable between runs in one process)")
@@ -332,6 +335,24 @@ def profile_notes(parts: dict) -> list:
                 host = ", ".join(f"{k} {ms:.1f} ms" for k, ms, _ in (summary.get("host_top") or [])[:4])
                 lines.append(f"profile {part} {variant} {name}: window {summary['window_ms']:.0f} ms, device busy "
                              f"{'-' if busy is None else f'{busy:.2f}'}; syncs: {syncs or 'none'}; host: {host}")
+    return lines
+
+
+def hosted_cpu_notes(parts: dict) -> list:
+    """Per hosted variant and launcher, medians over its rounds: the step's wall time against the CPU its loop's
+    thread and its process spent (a gap: the thread waited), this driver's CPU and the machine's busy cores."""
+    lines = []
+    for variant, result in (parts.get("hosted") or {}).items():
+        for name in ("launch", "torchrun"):
+            got = [r[name] for r in (result or {}).get("rounds", []) if (r[name].get("cpu_per_step") or {})]
+            if not got:
+                continue
+            med = lambda f: statistics.median(f(g) for g in got)  # noqa: E731
+            lines.append(f"cpu {variant} {name}: a step {med(lambda g: g['cpu_per_step']['wall_ms']):.1f} ms wall, "
+                         f"loop thread {med(lambda g: g['cpu_per_step']['loop_thread_cpu_ms']):.1f} ms CPU, process "
+                         f"{med(lambda g: g['cpu_per_step']['process_cpu_ms']):.1f}; driver "
+                         f"{med(lambda g: g['driver_cpu_s']):.1f} s CPU, machine "
+                         f"{med(lambda g: g['machine_busy_cores']):.2f} cores busy over the call")
     return lines
 
 
@@ -362,6 +383,10 @@ def main(argv=None):
                              "missed and time is left")
     parser.add_argument("--budget-s", type=float, default=420.0, help="optional work stops when this runs out")
     parser.add_argument("--cpu-peak-flops", type=float, default=1e11, help="nominal, for the CPU smoke's MFU")
+    parser.add_argument("--worker-niceness", type=int, default=None,
+                        help="Ray's workers' niceness (RAY_worker_niceness; Ray's default 15), for the Ray this starts")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="a hosted job's thread switch interval, s (RAYTRAINER_JOB_SWITCH_INTERVAL_S; 0.05)")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     opts.rounds = opts.rounds or (1 if opts.smoke else 3)
@@ -371,6 +396,10 @@ def main(argv=None):
     opts.world = max(torch.cuda.device_count(), 1) if opts.device == "cuda" else 1
     wanted, opts.strategies = parse_parts(parser, opts.parts)
     clock = Clock(opts.budget_s)
+    if opts.worker_niceness is not None:  # read by the raylet this process starts, for every worker
+        os.environ["RAY_worker_niceness"] = str(opts.worker_niceness)
+    if opts.switch_interval is not None:  # read by raytrainer.worker.hosted in the workers, which inherit it
+        os.environ["RAYTRAINER_JOB_SWITCH_INTERVAL_S"] = str(opts.switch_interval)
     common.quiet_ray_logs()
     torch.set_num_threads(1 if opts.device == "cpu" else torch.get_num_threads())
     started = common.start_ray()

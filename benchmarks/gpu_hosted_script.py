@@ -63,18 +63,32 @@ def main():
 
 
 class Watch(TrainerCallback):
-    """Rank 0's facts of the run, at its middle step (threads are up), and the profile of its last steps."""
+    """Rank 0's facts of the run, at its middle step (threads are up), the CPU its loop's thread and its process
+    spent a step against the step's wall time (from the first fifth of the steps to the last: a thread that
+    waits, for the GIL or for a core, shows as wall time without CPU time), and the profile of its last steps."""
 
     def __init__(self, max_steps: int, profile_steps: int):
-        self.middle, self.trainer, self.process = max_steps // 2, None, None
+        self.middle, self.first, self.trainer, self.process = max_steps // 2, max_steps // 5, None, None
+        self.clocks, self.cpu = None, None
         self.profile = StepProfile(max_steps - profile_steps, profile_steps, torch.device(
             "cuda" if torch.cuda.is_available() else "cpu"))
 
     def on_step_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self.profile.step(state.global_step)
+            if state.global_step == self.first:
+                self.clocks = (state.global_step, time.perf_counter(), time.thread_time(), time.process_time())
             if state.global_step == self.middle:
-                self.process = process_facts()
+                self.process = {**process_facts(), "niceness": os.nice(0),
+                                "cpus_allowed": len(os.sched_getaffinity(0))}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and self.clocks and state.global_step == state.max_steps:
+            step, wall, thread, process = self.clocks
+            n = state.global_step - step
+            self.cpu = {"wall_ms": 1e3 * (time.perf_counter() - wall) / n,
+                        "loop_thread_cpu_ms": 1e3 * (time.thread_time() - thread) / n,
+                        "process_cpu_ms": 1e3 * (time.process_time() - process) / n, "steps": n}
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -82,7 +96,7 @@ class Watch(TrainerCallback):
 
     def facts(self) -> dict:
         accelerator = getattr(self.trainer, "accelerator", None)
-        return {"process": self.process, "profile": self.profile.summary,
+        return {"process": self.process, "profile": self.profile.summary, "cpu_per_step": self.cpu,
                 "parallel_mode": str(self.trainer.args.parallel_mode),
                 "distributed_type": str(getattr(accelerator, "distributed_type", None))}
 

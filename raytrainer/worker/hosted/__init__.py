@@ -28,7 +28,8 @@ ONE_PROCESS_UNSET = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NO
 # ask takes the GIL from the loop, a switch torchrun's single-threaded ranks never pay. At 50 ms the hosted step
 # on 2 CPU cores went from 1.113 to 1.071 x torchrun's (medians of 6 pairs, benchmarks/README.md, hosted.py).
 # Ray's own calls into this process (health checks) wait up to this long for the GIL; nothing of ours polls here.
-JOB_SWITCH_INTERVAL_S = 0.05
+# RAYTRAINER_JOB_SWITCH_INTERVAL_S (in the workers' environment) sets another, to measure it (benchmarks/gpu.py).
+JOB_SWITCH_INTERVAL_S = float(os.environ.get("RAYTRAINER_JOB_SWITCH_INTERVAL_S", "0.05"))
 
 
 class ScriptExit(RuntimeError):
