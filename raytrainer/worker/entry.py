@@ -37,7 +37,7 @@ from .evaluation import evaluation_loop
 from .loop import TrainLoop
 from .loop_events import LoopEvents
 from .memory import give_back_freed_memory, keep_freed_memory
-from .process_options import setup_process
+from .process_options import setup_process, torch_flags_kept
 from .user_errors import WorkerError, quiet_wrapped_tracebacks
 
 Result = Union[TrainResult, EvaluateResult, PredictResult, HostedResult, None]
@@ -48,6 +48,12 @@ def run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on_
     """Run one work order on this rank; rank 0's result (None on the other ranks). `startup`: a train job's
     start-up timeline on this rank, from the job's receipt (`startup.py`); `taken_at`: the sink's stamp of rank
     0 taking the job. A `HostedOrder`'s `trainer` is its target (a script, or a trainer to build: hosting/)."""
+    with torch_flags_kept():  # full_determinism or tf32 of this job do not reach the next one on a kept worker
+        return _run_job(trainer, order, ctx, emitter, on_ray, startup, taken_at)
+
+
+def _run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on_ray: bool,
+             startup: Optional[Timeline], taken_at: Optional[float]) -> Result:
     if isinstance(order, HostedOrder):
         from .hosted import run_hosted  # imports transformers: only for hosted jobs
 

@@ -1,5 +1,6 @@
 """transformers' per-process options, applied on every worker (and in the driver process when num_workers=0):
-the seed or full determinism, TF32, the periodic device-cache emptying, and the count of input tokens seen.
+the seed or full determinism, TF32, the periodic device-cache emptying, and the count of input tokens seen; and
+`torch_flags_kept`, which ends a job's process-wide flags with the job.
 
 transformers applies these in the process that trains; here that is each Ray worker, so they are set where
 the worker starts a job, not in the user's script.
@@ -7,12 +8,17 @@ the worker starts a job, not in the user's script.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
+
+
+# What transformers' enable_full_determinism sets in the environment.
+DETERMINISM_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "CUBLAS_WORKSPACE_CONFIG": ":16:8", "FLASH_ATTENTION_DETERMINISTIC": "1"}
 
 
 def set_seed(seed: int):
@@ -25,12 +31,34 @@ def enable_full_determinism(seed: int):
     """transformers' `enable_full_determinism`: the seed, and deterministic kernels (slower)."""
     set_seed(seed)
     # Read by CUDA, cuBLAS and flash-attention when they start: effective for what starts after this.
-    os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
-    os.environ["FLASH_ATTENTION_DETERMINISTIC"] = "1"
+    os.environ.update(DETERMINISM_ENV)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+@contextlib.contextmanager
+def torch_flags_kept() -> Iterator[None]:
+    """A job's process-wide torch flags end with it: deterministic algorithms, cuDNN's determinism and
+    benchmarking, TF32 and the float32 matmul precision are put back as they were before the job. A kept worker
+    runs job after job (coordinator/group.py): without this, a job with full_determinism (or tf32) would leave
+    the next job, which did not ask for it, on the slower deterministic kernels."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              cudnn.deterministic, cudnn.benchmark, matmul.allow_tf32, cudnn.allow_tf32,
+              torch.get_float32_matmul_precision(), {k: os.environ.get(k) for k in DETERMINISM_ENV})
+    try:
+        yield
+    finally:
+        algorithms, warn_only, cudnn.deterministic, cudnn.benchmark, matmul.allow_tf32, cudnn.allow_tf32, \
+            precision, env = before
+        torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+        torch.set_float32_matmul_precision(precision)
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def setup_process(args, device: torch.device):
