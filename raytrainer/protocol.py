@@ -38,7 +38,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple, Union
 
 
 class Kind(enum.Enum):
@@ -239,7 +239,7 @@ class HostedClaim:
     output_dir: str
     trainer: str
     index: int
-    requested: Any = None
+    requested: Union[str, bool, None] = None  # resume_from_checkpoint as the script gave it (a path, True, False)
     report_to: Tuple[str, ...] = ()
 
 
