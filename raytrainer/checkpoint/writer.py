@@ -79,12 +79,20 @@ def clear_leftover(ckpt_url: str, storage_options: Optional[dict], retry: Retry)
     went wrong, maybe the only copy of its step."""
     if not retry.call(lambda: exists(ckpt_url, storage_options), ckpt_url, "checking for a leftover"):
         return
+    if set_aside_if_damaged(ckpt_url, storage_options, retry) is None:
+        retry.call(lambda: manifest.delete(ckpt_url, storage_options), ckpt_url, "removing a leftover")
+
+
+def set_aside_if_damaged(ckpt_url: str, storage_options: Optional[dict], retry: Retry) -> Optional[str]:
+    """A committed checkpoint whose files no longer match its manifest is moved to `checkpoint-N.damaged` (or
+    `.damaged-2`, ...) before a new save of its step: the URL it went to, or None where there was nothing
+    damaged there (no checkpoint, a partial one, an intact one)."""
     committed = manifest.read_manifest(ckpt_url, storage_options)
-    if committed is not None and verify(ckpt_url, storage_options, committed) is not None:
-        aside = _free_name(ckpt_url + ".damaged", storage_options)
-        retry.call(lambda: _move(ckpt_url, aside, storage_options), ckpt_url, "setting a damaged checkpoint aside")
-        return
-    retry.call(lambda: manifest.delete(ckpt_url, storage_options), ckpt_url, "removing a leftover")
+    if committed is None or verify(ckpt_url, storage_options, committed) is None:
+        return None
+    aside = _free_name(ckpt_url + ".damaged", storage_options)
+    retry.call(lambda: _move(ckpt_url, aside, storage_options), ckpt_url, "setting a damaged checkpoint aside")
+    return aside
 
 
 def _move(src: str, dst: str, storage_options: Optional[dict]) -> None:

@@ -62,9 +62,11 @@ def run_checkpoints(args: argparse.Namespace) -> int:
         if not _is_storage_failure(exc):
             raise
         raise describe_error(args.output_dir, exc, options) from None
+    # A script (or a CI step) that checks a run's checkpoints reads damage from the exit status: 1.
+    damaged = [info for info in infos if info.damaged]
     if args.json:
         print(json.dumps([dataclasses.asdict(info) for info in infos], indent=2, default=str))
-        return 0
+        return 1 if damaged else 0
     if not infos:
         print(f"No checkpoints under {args.output_dir}")
         return 0
@@ -74,6 +76,11 @@ def run_checkpoints(args: argparse.Namespace) -> int:
         state = "committed" if info.committed else f"damaged ({info.damaged})" if info.damaged else "partial"
         rows.append([str(info.step), state, human_size(info.size_bytes), compact_metrics(info.metrics), markers])
     print(f"{args.output_dir}\n{_table(rows)}")
+    if damaged:
+        steps = ", ".join(str(info.step) for info in damaged)
+        print(f"{len(damaged)} damaged checkpoint(s) (step {steps}): a resume passes over them to the newest intact "
+              "one.", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -190,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     checkpoints.add_argument("--verify", action="store_true",
                              help="read every committed checkpoint's files against their checksums (same-size "
-                                  "damage); without it, sizes only")
+                                  "damage); without it, sizes only. The exit status is 1 when any is damaged")
     checkpoints.add_argument("--storage-option", action="append", type=storage_option, metavar="KEY=VALUE",
                              help="fsspec option for OUTPUT_DIR, e.g. endpoint_url=http://127.0.0.1:9000 "
                                   "(repeatable; dotted keys nest, JSON objects are decoded)")

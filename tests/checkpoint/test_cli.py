@@ -92,17 +92,24 @@ def test_formatting_helpers():
 
 def test_damage_is_listed_as_damaged_and_checksums_are_read_with_verify(run, capsys):
     """A truncated committed checkpoint and one changed in place (same size) are `damaged`, never `partial` (which
-    suggests it may be deleted) and never `newest`; the in-place change shows only with --verify."""
-    run.write("checkpoint-5/model.safetensors", bytes(50))  # truncated
+    suggests it may be deleted) and never `newest`; the in-place change shows only with --verify. Damage listed
+    is exit status 1 (a script checking a run reads it), with a line on stderr naming the steps."""
     run.write("checkpoint-10/model.safetensors", b"\xff" * 110)  # the same size: only a checksum tells
-    assert main(["checkpoints", run.url, *_option_args(run.options)]) == 0
+    assert main(["checkpoints", run.url, *_option_args(run.options)]) == 0  # sizes only: nothing seen yet
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
-    assert rows["5"].split()[1] == "damaged" and "model.safetensors" in rows["5"] and "truncated" in rows["5"]
     assert rows["10"].split()[1] == "committed" and rows["10"].endswith("newest")
-    assert main(["checkpoints", run.url, "--verify", *_option_args(run.options)]) == 0
-    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert main(["checkpoints", run.url, "--verify", *_option_args(run.options)]) == 1
+    out, err = capsys.readouterr()
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert rows["10"].split()[1] == "damaged" and "its content changed" in rows["10"]
     assert not rows["10"].endswith("newest")
+    assert "1 damaged checkpoint(s) (step 10)" in err
+    run.write("checkpoint-5/model.safetensors", bytes(50))  # truncated: seen by its size
+    assert main(["checkpoints", run.url, *_option_args(run.options)]) == 1
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["5"].split()[1] == "damaged" and "model.safetensors" in rows["5"] and "truncated" in rows["5"]
+    assert main(["checkpoints", run.url, "--json", "--verify", *_option_args(run.options)]) == 1
+    assert [d["step"] for d in json.loads(capsys.readouterr().out) if d["damaged"]] == [5, 10]
 
 
 def test_consolidate_refuses_a_checkpoint_whose_bytes_changed(run, capsys):

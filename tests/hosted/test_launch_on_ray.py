@@ -114,3 +114,8 @@ def test_the_same_command_resumes_after_the_driver_was_killed_passing_a_damaged_
     assert "Trainer resumes from checkpoint-3 (step 3)" in err
     assert_same_run(results, uninterrupted[1])
     assert join(output_dir, "checkpoint-8") == list_checkpoints(output_dir)[-1].url
+    # The rerun's step 6 did not write over the damaged checkpoint: it was set aside first, as docs/checkpoints.md
+    # says, cut in half as it was, and the new checkpoint-6 is committed.
+    aside = os.path.join(output_dir, "checkpoint-6.damaged", "model.safetensors")
+    assert os.path.getsize(aside) < os.path.getsize(model)
+    assert ("checkpoint-6", True) in [(os.path.basename(i.url), i.committed) for i in list_checkpoints(output_dir)]

@@ -24,9 +24,11 @@ from typing import Any, Dict, Iterator, List, Optional
 from ...checkpoint import hf_dirs
 from ...checkpoint.listing import checkpoint_name
 from ...checkpoint.manifest import uncommit
+from ...checkpoint.writer import set_aside_if_damaged
 from ...errors import ConfigError
 from ...protocol import HostedClaim, HostedOrder
 from ...storage import absolute_if_local, is_local, join, local_path
+from ...storage.retry import Retry
 from ...storage.upload import upload_dir
 from .relay import Relay
 
@@ -106,10 +108,13 @@ class Host:
     def uncommit(self, trainer):
         """Before HF writes checkpoint-N: one that an earlier run committed under that name loses its manifest
         first (rank 0; every rank waits), so a crash midway leaves a partial checkpoint, never a committed one
-        whose files changed."""
+        whose files changed. A damaged one (the run resumed from an older checkpoint) is set aside as
+        `checkpoint-N.damaged` instead, as the own loop's writer does: the evidence is kept, not written over."""
         if self.ctx.is_main:
-            uncommit(join(self.url_of(trainer), checkpoint_name(trainer.state.global_step)),
-                     self.order.storage_options)
+            url, options = join(self.url_of(trainer), checkpoint_name(trainer.state.global_step)), \
+                self.order.storage_options
+            if set_aside_if_damaged(url, options, Retry(storage_options=options)) is None:
+                uncommit(url, options)
         self.ctx.barrier()
 
     def record(self, trainer, relay_checkpoint: Optional[str]):
