@@ -347,12 +347,13 @@ def hosted_cpu_notes(parts: dict) -> list:
             got = [r[name] for r in (result or {}).get("rounds", []) if (r[name].get("cpu_per_step") or {})]
             if not got:
                 continue
-            med = lambda f: statistics.median(f(g) for g in got)  # noqa: E731
-            lines.append(f"cpu {variant} {name}: a step {med(lambda g: g['cpu_per_step']['wall_ms']):.1f} ms wall, "
-                         f"loop thread {med(lambda g: g['cpu_per_step']['loop_thread_cpu_ms']):.1f} ms CPU, process "
-                         f"{med(lambda g: g['cpu_per_step']['process_cpu_ms']):.1f}; driver "
-                         f"{med(lambda g: g['driver_cpu_s']):.1f} s CPU, machine "
-                         f"{med(lambda g: g['machine_busy_cores']):.2f} cores busy over the call")
+            cpu = {key: statistics.median(g["cpu_per_step"][key] for g in got)
+                   for key in ("wall_ms", "loop_thread_cpu_ms", "process_cpu_ms")}
+            driver = statistics.median(g["driver_cpu_s"] for g in got)
+            busy = statistics.median(g["machine_busy_cores"] for g in got)
+            lines.append(f"cpu {variant} {name}: a step {cpu['wall_ms']:.1f} ms wall, loop thread "
+                         f"{cpu['loop_thread_cpu_ms']:.1f} ms CPU, process {cpu['process_cpu_ms']:.1f}; driver "
+                         f"{driver:.1f} s CPU, machine {busy:.2f} cores busy over the call")
     return lines
 
 

@@ -16,9 +16,9 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-
 # What transformers' enable_full_determinism sets in the environment.
-DETERMINISM_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "CUBLAS_WORKSPACE_CONFIG": ":16:8", "FLASH_ATTENTION_DETERMINISTIC": "1"}
+DETERMINISM_ENV = {"CUDA_LAUNCH_BLOCKING": "1", "CUBLAS_WORKSPACE_CONFIG": ":16:8",
+                   "FLASH_ATTENTION_DETERMINISTIC": "1"}
 
 
 def set_seed(seed: int):

@@ -25,7 +25,8 @@ On a GPU (NCCL) the host never waits for the device's queued work (`DeviceTransp
 device and back through pinned memory, the stream (not the host) waits for the collective, and reading the sums
 on the host waits only for the device to reach their copy, which it does before the step's forward.
 tests/worker/test_host_sync.py runs that branch on CPU and counts no read of a device value in it. (Not yet run
-on several GPUs: on one there is no collective.) Without a process group the exchange is the identity and no collective runs.
+on several GPUs: on one there is no collective.) Without a process group the exchange is the identity and no
+collective runs.
 """
 
 from __future__ import annotations
