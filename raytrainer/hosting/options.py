@@ -34,7 +34,7 @@ HOST_OPTIONS = (
 )
 # Ours only: a Trainer whose train() gets no resume_from_checkpoint continues from its newest checkpoint.
 RESUME = "resume"
-# The own loop's checks that own the options above (arguments/checks.py TOPICS; tests/hosted/test_options.py).
+# The own loop's checks that own the options above (arguments/checks.py TOPICS; tests/hosting/test_options.py).
 CHECKS = (workers_and_ray, logging_and_evaluation, devices_and_ddp)
 
 

@@ -1,5 +1,5 @@
 """The run's spec (raytrainer/coordinator/spec.py): what the coordinator reads of a run, built once from raytrainer's
-TrainingArguments (the hosted mode's from its options: tests/hosted/test_options.py), the one `use_gpu` rule, and
+TrainingArguments (the hosted mode's from its options: tests/hosting/test_options.py), the one `use_gpu` rule, and
 the part of it a worker group is built from (group.py's GroupSpec). No Ray: the cluster's GPUs are stubbed."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The hosted mode's checks on the driver, before any worker starts: what it refuses, naming the fix, and the
-arguments object rebuilt on each rank from its fields (raytrainer/hosting/api.py, options.py, launch_script.py)."""
+arguments object rebuilt on each rank from its fields (raytrainer/hosting/api.py; a launched script's own checks:
+test_launch_script.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 import raytrainer
-from raytrainer.arguments.scaling import parse_workers
 from raytrainer.errors import ConfigError
 from raytrainer.hosting.api import _fields
-from raytrainer.hosting.launch_script import read_script
 
 
 class TeamTrainer(Trainer):
@@ -89,30 +88,6 @@ def test_seq2seq_trainer_passes_the_class_checks():
     assert callable(raytrainer.hosted(Seq2SeqTrainer, num_workers=2))
 
 
-def test_launch_refuses_a_missing_script_and_one_that_does_not_parse(tmp_path):
-    with pytest.raises(ConfigError, match="is not a file"):
-        read_script(str(tmp_path / "missing.py"))
-    broken = tmp_path / "broken.py"
-    broken.write_text("import os\n\ndef main(:\n    pass\n")
-    with pytest.raises(ConfigError, match=r"broken.py:3: .*does not parse"):
-        read_script(str(broken))
-
-
-def test_elastic_workers_spelled_as_torchrun_does():
-    assert parse_workers("2-4") == (2, 4)
-    assert parse_workers("2") == 2
-
-
-def test_launch_help_names_the_options(capsys):
-    from raytrainer.cli.commands import main
-
-    with pytest.raises(SystemExit):
-        main(["launch", "--help"])
-    out = capsys.readouterr().out
-    for option in ("--num_workers", "--max_failures", "--storage_options", "--fresh", "SCRIPT"):
-        assert option in out
-
-
 def test_a_dataset_on_this_nodes_disk_is_refused_when_workers_may_be_elsewhere(tmp_path):
     from datasets import Dataset, load_from_disk
 
@@ -128,18 +103,3 @@ def test_a_dataset_on_this_nodes_disk_is_refused_when_workers_may_be_elsewhere(t
         check_datasets_travel(HostedCall(TeamTrainer, (), {}, call_args=(mapped,)))
     in_memory = load_from_disk(str(tmp_path / "ds"), keep_in_memory=True)
     check_datasets_travel(HostedCall(TeamTrainer, (), {"train_dataset": in_memory, "eval_dataset": {"a": in_memory}}))
-
-
-def test_num_workers_0_runs_the_script_in_this_process_without_ray(tmp_path, monkeypatch):
-    """`raytrainer launch --num_workers 0`: the script once, here (a debugger works), still committed."""
-    import os
-
-    from raytrainer.checkpoint.listing import list_checkpoints
-    from raytrainer.coordinator import cluster
-
-    monkeypatch.setattr(cluster, "connect", lambda *a, **k: pytest.fail("Ray was asked for"))
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_script.py")
-    result = raytrainer.launch(script, ["--output_dir", str(tmp_path / "run"), "--results", str(tmp_path / "res"),
-                                        "--max_steps", "4"], num_workers=0, disable_tqdm=True)
-    assert [r["global_step"] for r in result.runs] == [4]
-    assert [(i.step, i.committed) for i in list_checkpoints(str(tmp_path / "run"))] == [(3, True), (4, True)]

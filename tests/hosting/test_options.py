@@ -78,28 +78,3 @@ def test_the_options_as_the_reporters_log_them_hide_the_storage_secrets():
 
 def test_options_inside_the_trainer_arguments_are_named():
     assert misplaced(["num_workers", "learning_rate", "resume"]) == ["num_workers", "resume"]
-
-
-def test_raytrainer_launch_builds_the_options_from_its_command_line_in_one_step(monkeypatch):
-    """The options before SCRIPT become HostedOptions (those not given keep their defaults), the rest is the
-    script's own; --fresh is resume=False."""
-    from raytrainer.cli import commands
-    from raytrainer.hosting import launch_script
-
-    seen = {}
-
-    def fake_launch(script, script_args, options, reporters_named=False):
-        seen.update(script=script, script_args=list(script_args), options=options, reporters_named=reporters_named)
-        return None
-
-    monkeypatch.setattr(launch_script, "launch_script", fake_launch)
-    assert commands.main(["launch", "--num_workers", "2", "--max_failures", "3", "--storage_options",
-                          "client_kwargs.region_name=eu", "--fresh", "--use_gpu", "false", "train.py", "--lr",
-                          "1e-4"]) == 0
-    options = seen["options"]
-    assert (seen["script"], seen["script_args"], seen["reporters_named"]) == ("train.py", ["--lr", "1e-4"], False)
-    assert (options.num_workers, options.max_failures, options.use_gpu, options.resume) == (2, 3, False, False)
-    assert options.storage_options == {"client_kwargs": {"region_name": "eu"}}
-    assert options.worker_idle_timeout_s == HostedOptions().worker_idle_timeout_s
-    assert commands.main(["launch", "--report_to", "none", "--run_name", "sft", "train.py"]) == 0
-    assert seen["reporters_named"] is True and seen["options"].resume is True
