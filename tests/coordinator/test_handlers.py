@@ -11,7 +11,8 @@ from raytrainer.coordinator.handlers import JobHandlers
 from raytrainer.coordinator.sink import DirectSink, EventSink
 from raytrainer.protocol import Event, HostedClaim, HostedClaimReply, Kind
 from raytrainer.state import TrainerState
-from tests.coordinator.test_sink import job, pump_job, run
+from tests.coordinator.sink_calls import job, run
+from tests.coordinator.test_pump import pump_job
 
 
 class StopAtStep(TrainerCallback):
