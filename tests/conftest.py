@@ -70,8 +70,8 @@ SLOW_FIXTURES = ("ray_session", "join_session_ray")
 SLOW_PATHS = ("tests/integration/", "tests/hosted/test_equivalence.py", "tests/hosted/test_launch_on_ray.py",
               "tests/hosted/test_api_on_ray.py")
 SLOW_IN_PROCESS = ("tests/preflight/test_launchers.py", "tests/seq2seq/test_summarization_script.py",
-                   "tests/checkpoint/test_async_sharded.py", "tests/strategy/test_precision.py",
-                   "tests/seq2seq/test_seq2seq_in_process.py", "tests/storage/test_probe.py",
+                   "tests/checkpoint/test_async_shards.py", "tests/strategy/test_precision.py",
+                   "tests/test_seq2seq_trainer.py", "tests/storage/test_probe.py",
                    "tests/checkpoint/test_storage_faults.py", "tests/worker/test_memory.py",
                    "tests/arguments/test_transformers_behaviour.py", "tests/arguments/test_scaling.py",
                    "tests/checkpoint/test_listing.py", "tests/test_lint.py", "tests/checkpoint/test_lease.py")
