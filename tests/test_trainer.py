@@ -74,7 +74,7 @@ def test_the_guides_dataloader_recipe_and_a_sampler_override_on_two_workers_and_
         trainer.train()
     message = str(caught.value)
     assert message.startswith("train() failed on worker rank 1: RecipeTrainer.compute_loss raised ValueError: "
-                              "labels out of range (test_trainer_methods.py:"), message
+                              "labels out of range (test_trainer.py:"), message
     assert "\n" not in message and len(message) < 200
     assert "Traceback" in caught.value.worker_traceback and "labels out of range" in caught.value.worker_traceback
     assert time.time() - started < 120
