@@ -10,7 +10,6 @@ import torch
 from raytrainer import ConfigError, Trainer, TrainingArguments
 from raytrainer.preflight import loss as loss_check
 from raytrainer.preflight.loss import check_loss
-from raytrainer.worker.user_errors import describe
 from tests.models import TokenData, make_model
 
 
@@ -90,20 +89,6 @@ def test_a_text_label_column_the_collator_drops_is_named(tmp_path, column):
     with pytest.raises(ConfigError, match=rf"train_dataset's '{column}' column holds str values \(e.g. 'positive'\), "
                                           r"which the data collator dropped.*class_encode_column"):
         check(trainer_of(tmp_path, dataset=TextLabels(column)))
-
-
-def test_a_missing_module_on_a_worker_names_runtime_env_working_dir_and_pythonpath():
-    try:
-        try:
-            import no_such_module_for_raytrainer  # noqa: F401
-        except ModuleNotFoundError as exc:
-            raise RuntimeError("Failed to unpickle the trainer") from exc  # as an unpickling layer wraps it
-    except RuntimeError as wrapped:
-        line = describe(wrapped, rank=1, kind="train")
-    assert line.startswith("train() failed on worker rank 1: ")
-    assert "RuntimeError: Failed to unpickle the trainer" in line
-    assert "cannot import 'no_such_module_for_raytrainer'" in line
-    assert "runtime_env" in line and "working_dir" in line and "PYTHONPATH" in line and "\n" not in line
 
 
 def test_the_check_keeps_no_activation_for_backward(tmp_path, monkeypatch):

@@ -4,13 +4,11 @@ in-process loop on a one-process gloo group whose context counts its collectives
 
 import os
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
-from raytrainer.data.ray_batches import RayTrainData
 from raytrainer.worker import stopping
 from raytrainer.worker.step_sync import StepSync
 from raytrainer.worker_context import WorkerContext
@@ -84,93 +82,6 @@ def test_a_started_exchange_completes_at_the_first_read_or_use_of_a_late_total()
     late = sync.late(items, floor=1)
     assert flags.total == 3 and ctx.waits == 2  # reading a slot completes the exchange
     assert int(late) == 1 and ctx.waits == 2
-
-
-def test_stop_flags_name_every_asking_rank_and_a_preemption_outranks_an_interrupt(monkeypatch):
-    world = 130  # three 62-bit words per kind
-    others_preempt = [0] * 6
-    for rank in (61, 62, 129):  # ranks on three words
-        others_preempt[rank // 62] |= 1 << (rank % 62)
-    sync = StepSync(FakeCtx(rank=0, world_size=world, others=[others_preempt]))
-    monkeypatch.setattr(stopping, "POLL_S", 0.0)  # ask the driver at every stage
-    signals = stopping.StopSignals(sync.ctx, FakeEmitter(), on_ray=False, sync=sync)
-    signals._watch = type("Watch", (), {"requested": lambda self: "interrupt"})()  # Ctrl-C on rank 0
-    signals.stage()
-    sync.exchange()
-    assert signals.agreed() == "preemption" and signals.ranks == [61, 62, 129]
-    sync.ctx.others = []
-    signals.stage()
-    sync.exchange()
-    assert signals.agreed() == "interrupt" and signals.ranks == [0]
-
-
-def test_the_driver_and_ray_are_asked_at_most_every_poll_interval_and_sigterm_at_every_step(monkeypatch):
-    """stage() runs after every step; its Ray calls (the driver's Ctrl-C, Ray Train's preemption info) at most
-    every POLL_S. A SIGTERM, a flag in this process, is read every time."""
-    clock = [100.0]
-    monkeypatch.setattr(stopping.time, "monotonic", lambda: clock[0])
-    asked = []
-    monkeypatch.setattr(stopping, "_ray_preemption_pending", lambda: asked.append("ray") or False)
-    monkeypatch.setattr(stopping, "install_sigterm_handler", lambda: True)
-    sync = StepSync(FakeCtx(world_size=1))
-    signals = stopping.StopSignals(sync.ctx, FakeEmitter(), on_ray=True, sync=sync)
-    signals._watch = type("Watch", (), {"requested": lambda self: asked.append("driver")})()
-    for _ in range(5):  # five steps within one interval
-        signals.stage()
-        clock[0] += stopping.POLL_S / 10
-    assert asked == ["ray", "driver"]
-    clock[0] += stopping.POLL_S
-    signals.stage()
-    assert asked == ["ray", "driver"] * 2
-    stopping._sigterm.set()
-    try:
-        signals.stage()  # within the interval: no Ray call, and the SIGTERM is staged
-        sync.exchange()
-        assert signals.agreed() == "preemption" and asked == ["ray", "driver"] * 2
-    finally:
-        stopping._sigterm.clear()
-
-
-class FakeShard:
-    def __init__(self, rows):
-        self.rows = rows
-
-    def iter_batches(self, batch_size, batch_format, drop_last, prefetch_batches):
-        for i in range(0, len(self.rows), batch_size):
-            yield {"x": np.array(self.rows[i:i + batch_size])}
-
-
-class FakeRef:
-    num_rows = None  # unknown: the ranks agree on each step's micro-batches
-    sample = [{"x": -1}]
-
-    def __init__(self, rows):
-        self.rows = rows
-
-    def iterator(self, rank=0, world_size=1, drop_last=False):
-        return FakeShard(self.rows)
-
-
-def test_ray_data_ranks_agree_on_each_steps_micro_batches_in_the_exchange():
-    """This rank has 3 micro-batches, the other 6: with accumulation 4, steps of 4 and 2 (this rank's
-    completed with fillers of its last rows), then the epoch ends; one all-reduce per step."""
-    ctx = FakeCtx()
-    sync = StepSync(ctx)
-    data = RayTrainData(FakeRef([1, 2, 3]), batch_size=1, collate=lambda rows: [int(r["x"]) for r in rows],
-                        ctx=ctx, drop_last=False)
-    assert data.agree_on_steps(sync, 4)
-    batches = data.batches(0, 0)
-    steps = []
-    for other in ([1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]):
-        ctx.others = [other]
-        group = [next(batches, None) for _ in range(4)]
-        group = [g for g in group if g is not None]
-        data.stage(group)
-        sync.exchange()
-        steps.append((data.agreed(group), data.ran_out))
-    assert steps == [([([1], False), ([2], False), ([3], False), ([3], True)], False),
-                     ([([3], True), ([3], True)], True), ([], True)]
-    assert ctx.calls == 3
 
 
 class CountingContext(WorkerContext):
