@@ -69,6 +69,9 @@ def batch_and_duration(args) -> None:
         raise ConfigError(f"num_train_epochs={args.num_train_epochs!r} must be > 0 unless max_steps > 0.")
     if int(args.max_steps) != args.max_steps:
         raise ConfigError(f"max_steps={args.max_steps!r} must be an integer (-1 to train by epochs).")
+    # The own loop keeps the global batch at every size of an elastic range. (A hosted run's batch is its
+    # Trainer's, which HF keeps per device: hosting/options.py does not run this topic.)
+    check_elastic_batch(args.num_workers, args.per_device_train_batch_size, args.gradient_accumulation_steps)
 
 
 def optimizer_and_schedule(args) -> None:
@@ -127,7 +130,6 @@ def intervals_and_saving(args) -> None:
 
 
 def workers_and_ray(args) -> None:
-    check_elastic_batch(args.num_workers, args.per_device_train_batch_size, args.gradient_accumulation_steps)
     if not args.worker_idle_timeout_s >= 0:
         raise ConfigError(f"worker_idle_timeout_s={args.worker_idle_timeout_s!r} must be >= 0 (seconds; 0 "
                           "releases the workers after each call).")

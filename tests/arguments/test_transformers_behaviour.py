@@ -114,13 +114,25 @@ def test_dataloader_worker_processes_train(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- process options
+FLAGS_SEEN = []  # module level: the job runs on a copy of the trainer, whose class is found here by name
+
+
+class FlagsRecording(Trainer):
+    def training_step(self, *args, **kwargs):
+        FLAGS_SEEN.append((torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG")))
+        return super().training_step(*args, **kwargs)
+
+
 def test_full_determinism_and_tf32_are_set_in_the_training_process(tmp_path, monkeypatch):
+    """While the job trains (the forward sees them), not after it: a kept worker's next job starts without them
+    (worker/process_options.py torch_flags_kept)."""
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    FLAGS_SEEN.clear()
     try:
-        Trainer(model=make_model(), args=run_args(tmp_path, max_steps=1, full_determinism=True),
-                train_dataset=TokenData(4)).train()
-        assert torch.are_deterministic_algorithms_enabled()
-        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+        FlagsRecording(model=make_model(), args=run_args(tmp_path, max_steps=1, full_determinism=True),
+                       train_dataset=TokenData(4)).train()
+        assert FLAGS_SEEN and set(FLAGS_SEEN) == {(True, ":16:8")}
+        assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
     finally:
         torch.use_deterministic_algorithms(False)
     setup_process(TrainingArguments(tf32=False), torch.device("cpu"))

@@ -35,6 +35,14 @@ def test_values_are_brought_to_one_form():
     assert not options.logging_dir.startswith("~") and options.resume is False
 
 
+def test_an_elastic_range_is_not_held_to_the_own_loops_global_batch():
+    """The own loop keeps its global batch at every size of a range (2-4 with 8 x 1 cannot be kept at 3 workers:
+    refused); a hosted Trainer's batch is HF's, per device, so `raytrainer launch --num_workers 2-4` runs."""
+    assert hosted_options({"num_workers": (2, 4)}, "raytrainer launch").num_workers == (2, 4)
+    with pytest.raises(ConfigError, match="cannot be kept at 3 worker"):
+        TrainingArguments(output_dir="unused", num_workers=(2, 4))
+
+
 @pytest.mark.parametrize("given, match", [
     ({"num_workers": "two"}, "num_workers"),
     ({"worker_idle_timeout_s": -1}, "worker_idle_timeout_s"),
