@@ -1,7 +1,6 @@
 """What a checkpoint holds: HF-loadable files, retention that keeps the newest and the best, best-model
 loading, and save_only_model checkpoints, resumed from their weights with a fresh optimizer."""
 
-import json
 import os
 
 import pytest
@@ -109,28 +108,3 @@ def test_epoch_strategies_save_and_evaluate_at_every_epoch_end_including_the_las
     assert {c.step for c in list_checkpoints(str(tmp_path)) if c.committed} == {3, 6}
     assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [3, 6]
     assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [3, 6]
-
-
-def test_hf_example_script_ending_log_save_metrics_and_state(output_url, tmp_path, capsys):
-    """The last lines of a Hugging Face example script work unchanged, on local disk and S3."""
-    output_dir, opts = output_url
-    args = TrainingArguments(output_dir=output_dir, storage_options=opts, num_workers=0, max_steps=2,
-                             save_strategy="no", logging_steps=1, disable_tqdm=True)
-    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(16), eval_dataset=TokenData(5))
-    result = trainer.train()
-    trainer.save_model()
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    eval_metrics = trainer.evaluate()
-    trainer.save_metrics("eval", eval_metrics)
-    trainer.save_state()
-    assert "***** train metrics *****" in capsys.readouterr().out
-    from raytrainer.storage import join, read_text
-
-    assert json.loads(read_text(join(output_dir, "train_results.json"), opts))["train_loss"] == result.training_loss
-    combined = json.loads(read_text(join(output_dir, "all_results.json"), opts))
-    assert {"train_loss", "eval_loss"} <= combined.keys()
-    state_file = tmp_path / "state.json"
-    state_file.write_text(read_text(join(output_dir, "trainer_state.json"), opts))
-    assert transformers.TrainerState.load_from_json(str(state_file)).global_step == 2
-    assert_same_weights(load_model_state(output_dir, opts), weights(trainer.model))
