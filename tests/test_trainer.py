@@ -1,27 +1,21 @@
 """The Trainer methods transformers' documents teach to call or override: the subclassing guide's
 `get_train_dataloader` recipe (`self._get_dataloader`, `self._train_batch_size`) with a `_get_train_sampler`
 override on 2 workers, `is_world_process_zero` there and on the driver, a user error in an override as one
-line, `get_eval_dataloader`/`get_test_dataloader`, `create_model_card` (local and S3), and `push_to_hub`
-against a Hub API served on loopback by the test (an unreachable Hub fails before any worker starts)."""
+line, `get_eval_dataloader`/`get_test_dataloader` (`create_model_card`: tests/hub/test_model_card.py; `push_to_hub`:
+tests/hub/test_push.py)."""
 
 import json
 import os
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-import yaml
 
 from raytrainer import Trainer, TrainingArguments
 from raytrainer.coordinator.pump import TrainingError
 from raytrainer.data.user_sampler import draw
-from raytrainer.errors import ConfigError
-from raytrainer.storage import read_text
 from raytrainer.worker_context import WorkerContext
 from tests.models import TokenData, make_model
-from tests.support import free_port
 
 # Odd samples weigh nothing: a worker that trains on one did not use the override's sampler.
 WEIGHTS = [1.0 if i % 2 == 0 else 0.0 for i in range(40)]
@@ -97,101 +91,3 @@ def test_eval_and_test_dataloaders_keep_transformers_semantics_and_shard_in_orde
     assert [i for batch in reverse.get_test_dataloader(TokenData(6)) for i in batch["idx"].tolist()] == [5, 4, 3]
     with pytest.raises(ValueError, match="evaluation requires an eval_dataset"):
         Trainer(model=make_model(), args=args).get_eval_dataloader()
-
-
-def test_create_model_card_writes_transformers_card_through_fsspec(output_url):
-    output_dir, options = output_url
-    args = TrainingArguments(output_dir=output_dir, storage_options=options, num_workers=0, max_steps=2,
-                             logging_steps=1, eval_strategy="steps", eval_steps=1, save_strategy="no",
-                             disable_tqdm=True)
-    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(16), eval_dataset=TokenData(4))
-    trainer.train()
-    trainer.create_model_card(language="en", license="apache-2.0", tags="demo", finetuned_from="org/base",
-                              tasks="text-generation", dataset="toy")
-    trainer.create_model_card(model_name="tiny", tags=["more"])  # a second card keeps the first one's tags
-    text = read_text(output_dir.rstrip("/") + "/README.md", options)
-    metadata = yaml.safe_load(text.split("---")[1])
-    assert metadata["tags"] == ["more", "generated_from_trainer", "demo"]
-    assert metadata["model-index"][0]["name"] == "tiny"
-    assert metadata["model-index"][0]["results"][0]["metrics"][0]["type"] == "loss"
-    assert "# tiny" in text and "| Training Loss | Epoch | Step | Validation Loss |" in text
-    assert "- total_train_batch_size" not in text and "- train_batch_size: 8" in text
-
-
-class FakeHub(BaseHTTPRequestHandler):
-    """The Hub API calls of create_repo and upload_folder (small files are sent inline in the commit)."""
-
-    commits: list = []
-
-    def _reply(self, body):
-        data = json.dumps(body).encode()
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self._reply(None)
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        here = f"http://127.0.0.1:{self.server.server_port}"
-        if self.path == "/api/repos/create":
-            name = json.loads(body)["name"]
-            return self._reply({"url": f"{here}/user/{name}", "name": f"user/{name}"})
-        if self.path == "/api/validate-yaml":
-            return self._reply({})
-        if "/preupload/" in self.path:
-            return self._reply({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                          for f in json.loads(body)["files"]]})
-        if "/commit/" in self.path:
-            lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-            FakeHub.commits.append((lines[0]["value"]["summary"],
-                                    sorted(x["value"]["path"] for x in lines if x["key"] == "file")))
-            return self._reply({"commitUrl": f"{here}/user/repo/commit/abc", "commitOid": "abc"})
-        self._reply(None)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def fake_hub(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-    monkeypatch.setenv("HF_TOKEN", "hf_test")
-    FakeHub.commits = []
-    yield FakeHub.commits
-    server.shutdown()
-
-
-def test_push_to_hub_pushes_committed_checkpoints_and_the_saved_model(tmp_path, fake_hub):
-    args = TrainingArguments(output_dir=str(tmp_path / "tiny-run"), num_workers=0, max_steps=4, save_steps=2,
-                             disable_tqdm=True, hub_strategy="checkpoint", hub_always_push=True, push_to_hub=True)
-    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(32))
-    trainer.train()
-    assert trainer.hub_model_id == "user/tiny-run"  # made before training started
-    trainer._finish_current_push()
-    checkpoints = [c for c in fake_hub if c[0].startswith("Training in progress, step")]
-    assert any("model.safetensors" in files for _, files in checkpoints)
-    assert any(f.startswith("last-checkpoint/") for _, files in checkpoints for f in files)
-    fake_hub.clear()
-    trainer.save_model()  # with push_to_hub: saved, then pushed (transformers)
-    (summary, files), = fake_hub
-    assert summary == "Model save" and "README.md" in files and "model.safetensors" in files
-    assert not any(f.startswith(("checkpoint-", ".raytrainer")) for f in files)
-
-
-def test_an_unreachable_hub_fails_before_any_worker_starts(tmp_path, monkeypatch):
-    port = free_port()  # nothing listens there
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), num_workers=2, max_steps=2, disable_tqdm=True,
-                             push_to_hub=True)
-    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(8))
-    started = time.time()
-    with pytest.raises(ConfigError, match=r"push_to_hub=True, but the Hub repository 'run' could not be created or "
-                                          r"found at http://127\.0\.0\.1:\d+ .*No worker was started"):
-        trainer.train()
-    assert time.time() - started < 15 and trainer._group is None
