@@ -9,7 +9,6 @@ import dataclasses
 import pytest
 
 from raytrainer import ArgumentParser, ConfigError, Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer
-from raytrainer.worker.generation import resolve_gen_kwargs
 from tests.models import make_model
 
 transformers = pytest.importorskip("transformers")
@@ -39,14 +38,6 @@ def test_generation_fields_are_checked_at_construction():
         Seq2SeqTrainingArguments(generation_num_beams=0)
     with pytest.raises(ConfigError, match="generation_config=.*GenerationConfig"):
         Seq2SeqTrainingArguments(generation_config={"max_length": 5})
-
-
-def test_generate_kwargs_passed_win_over_the_arguments():
-    args = Seq2SeqTrainingArguments(generation_max_length=9, generation_num_beams=2, num_workers=0)
-    assert resolve_gen_kwargs(args, {}) == {"max_length": 9, "num_beams": 2}
-    assert resolve_gen_kwargs(args, {"max_length": 4, "num_beams": 1}) == {"max_length": 4, "num_beams": 1}
-    # max_new_tokens given: generation_max_length is not added beside it (transformers' rule)
-    assert resolve_gen_kwargs(args, {"max_new_tokens": 3}) == {"max_new_tokens": 3, "num_beams": 2}
 
 
 @pytest.mark.parametrize("theirs, ours", [("Seq2SeqTrainingArguments", "Seq2SeqTrainingArguments"),

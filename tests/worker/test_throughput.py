@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
-from raytrainer.callbacks.progress import ProgressCallback
 from raytrainer.errors import ConfigError
 from raytrainer.worker import throughput
 from raytrainer.worker.throughput import ModelFlops, peak_flops, run_precision
@@ -82,15 +81,6 @@ def test_rank_stats_carry_each_ranks_throughput(tmp_path):
     assert {"rank", "step_time_s", "data_wait_s", "samples_per_second", "tokens_per_second",
             "memory_mb"} == seen[0][0].keys()
     assert seen[0][0]["tokens_per_second"] > seen[0][0]["samples_per_second"] > 0
-
-
-def test_progress_bar_shows_tokens_per_second():
-    bar = ProgressCallback()
-    bar.bar = types.SimpleNamespace(postfix=None, write=lambda line: None, n=0, update=lambda n: None,
-                                    set_postfix=lambda postfix, refresh: setattr(bar.bar, "postfix", postfix))
-    state = types.SimpleNamespace(global_step=0)
-    bar.on_log(None, state, None, logs={"loss": 1.0, "train_tokens_per_second": 12345.6})
-    assert bar.bar.postfix == {"loss": "1.0000", "tok/s": "1.235e+04"}
 
 
 def test_flops_per_token_of_a_transformer_follow_torchtitan():

@@ -1,17 +1,15 @@
-"""FSDP's parts that need no process group: which modules are the units, and the sharded checkpoint format
-that strategy="fsdp" keeps with num_workers=0 (the model stays whole there)."""
+"""FSDP's units (raytrainer/strategy/blocks.py), which need no process group: which modules they are, and wrap
+classes that match none refused. The sharded checkpoint format kept with num_workers=0:
+tests/checkpoint/test_sharded.py."""
 
-import os
 
 import pytest
-import safetensors.torch
 from torch import nn
 
 from raytrainer import ConfigError, Trainer
-from raytrainer.checkpoint.consolidate import consolidate
 from raytrainer.strategy.blocks import find_blocks
 from tests.blocks_model import TinyBlocks, blocks_args
-from tests.models import TokenData, assert_same_weights, weights
+from tests.models import TokenData
 
 
 class Stack(nn.Module):
@@ -42,19 +40,3 @@ def test_unmatched_wrap_classes_are_refused_on_the_worker_too_with_model_init(tm
     trainer = Trainer(model_init=TinyBlocks, args=args, train_dataset=TokenData(8))
     with pytest.raises(ConfigError, match=r"\['LlamaDecoderLayer'\], which match no module of TinyBlocks"):
         trainer.train()
-
-
-def test_load_best_model_at_end_loads_the_best_sharded_checkpoint(tmp_path):
-    out = str(tmp_path / "run")
-    trainer = Trainer(model=TinyBlocks(), args=blocks_args(
-        out, num_workers=0, strategy="fsdp", eval_strategy="steps", eval_steps=2, save_strategy="steps",
-        save_steps=2, load_best_model_at_end=True, metric_for_best_model="eval_loss",
-        greater_is_better=True), train_dataset=TokenData(24),  # "best": the highest loss, an early checkpoint
-        eval_dataset=TokenData(8, seed=1))
-    trainer.train()
-    best = trainer.state.best_model_checkpoint
-    evals = {h["step"]: h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h}
-    assert best.endswith(f"checkpoint-{max(evals, key=evals.get)}") and not best.endswith("checkpoint-6")
-    assert os.path.isdir(os.path.join(best, "pytorch_model_fsdp_0"))
-    exported = safetensors.torch.load_file(consolidate(best, str(tmp_path / "best")))
-    assert_same_weights(exported, weights(trainer.model), atol=0)
