@@ -1,0 +1,85 @@
+"""A quiet console by default (raytrainer/verbosity.py): each worker's log level as HF's arguments set it (rank 0
+at log_level, the others at log_level_replica, 'passive' showing library warnings once), storage clients never
+below INFO (their DEBUG lines carry credentials), and Ray's own forwarded lines dropped, user lines kept. How the
+console reads as a whole: tests/integration/test_console.py."""
+
+import logging
+
+import pytest
+
+from raytrainer import TrainingArguments
+from raytrainer.verbosity import (
+    CREDENTIAL_LOGGERS,
+    VERBOSE_ENV,
+    _without_internal,
+    quiet_credential_loggers,
+    ray_train_log_level,
+    verbose,
+    worker_level,
+)
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+
+
+def args(**kw):
+    return TrainingArguments(output_dir="unused", num_workers=0, **kw)
+
+
+def test_rank_0_logs_at_log_level_the_others_at_log_level_replica(quiet):
+    given = args(log_level="info", log_level_replica="error")
+    assert [worker_level(given, rank, driver_ran_model=True) for rank in (0, 1, 2)] == ["info", "error", "error"]
+    assert ray_train_log_level(given) == "WARNING" and not verbose(given)
+
+
+def test_passive_shows_library_warnings_once(quiet):
+    """The driver's loss check ran the model and showed its warnings: rank 0 does not show them again."""
+    passive = args()  # log_level='passive', HF's default
+    assert worker_level(passive, 0, driver_ran_model=True) == "error"
+    assert worker_level(passive, 0, driver_ran_model=False) == "warning"
+
+
+def test_one_switch_brings_everything_back(monkeypatch):
+    monkeypatch.setenv(VERBOSE_ENV, "1")
+    given = args(log_level="error", log_level_replica="error")
+    assert worker_level(given, 1, driver_ran_model=True) == "debug" and ray_train_log_level(given) == "DEBUG"
+    monkeypatch.setenv(VERBOSE_ENV, "0")
+    assert not verbose(given) and verbose(args(log_level="debug"))
+
+
+def test_storage_clients_never_log_below_info():
+    loggers = [logging.getLogger(name) for name in CREDENTIAL_LOGGERS]
+    before = [logger.level for logger in loggers]
+    try:
+        logging.getLogger("botocore").setLevel(logging.DEBUG)  # a user's debug set-up
+        logging.getLogger("s3fs").setLevel(logging.ERROR)  # quieter than INFO: left as it is
+        logging.getLogger("urllib3").setLevel(logging.NOTSET)  # would inherit a DEBUG root
+        quiet_credential_loggers()
+        levels = {logger.name: logger.level for logger in loggers}
+        assert levels["botocore"] == logging.INFO and levels["urllib3"] == logging.INFO
+        assert levels["s3fs"] == logging.ERROR
+        assert all(level >= logging.INFO for level in levels.values())
+    finally:
+        for logger, level in zip(loggers, before):
+            logger.setLevel(level)
+
+
+def test_rays_own_lines_and_their_tracebacks_are_dropped_user_lines_kept():
+    lines = [
+        "step 1 done",
+        "[2026-11-27 10:00:00,000 I 1 1] core_worker.cc:512: Actor with class name: 'PreemptionWatcher' and ID",
+        "Failed to stop PlacementGroupCleaner gracefully.",
+        "Traceback (most recent call last):",
+        '  File "ray/train/v2/_internal/.../placement_group_cleaner.py", line 40, in stop',
+        "ray.exceptions.ActorDiedError: The actor died",
+        "Traceback (most recent call last):",  # the user's own traceback: kept
+        '  File "train.py", line 3, in <module>',
+        "ValueError: bad row",
+        "",
+        "step 2 done",
+    ]
+    assert _without_internal(lines) == ["step 1 done", "Traceback (most recent call last):",
+                                        '  File "train.py", line 3, in <module>', "ValueError: bad row", "",
+                                        "step 2 done"]
