@@ -8,7 +8,6 @@ import time
 import pytest
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
-from raytrainer.callbacks.base import CallbackHandler
 from raytrainer.callbacks.event_names import EVENTS
 from raytrainer.callbacks.progress import straggler
 from raytrainer.checkpoint.listing import list_checkpoints
@@ -156,20 +155,3 @@ def test_callback_decisions_names_its_two_values(tmp_path):
 
     with pytest.raises(ConfigError, match="'same_step'.*'next_step'"):
         TrainingArguments(output_dir=str(tmp_path), callback_decisions="later")
-
-
-def test_control_points_follow_what_steering_callbacks_listen_to():
-    class OnEvaluate(TrainerCallback):
-        def on_evaluate(self, args, state, control, **kwargs):
-            control.should_training_stop = True
-
-    class OnSubstep(TrainerCallback):
-        def on_substep_end(self, args, state, control, **kwargs):
-            pass
-
-    handler = CallbackHandler([Count(), OnEvaluate()], None, None)
-    assert handler.control_points() == {"evaluate"}  # an early stopper costs nothing per step
-    handler.add(OnSubstep)
-    assert handler.control_points() == {"evaluate", "step_end"}
-
-
