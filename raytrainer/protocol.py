@@ -191,13 +191,15 @@ class HostedOrder(WorkOrder):
     user wrote it. The order travels beside its target: a `HostedScript` (`raytrainer launch`: every rank runs
     the script) or a `HostedCall` (the Python API: build the trainer, call `method`). `run_id` names the job's
     leases and commits; `resume`: a Trainer whose train() gets no resume_from_checkpoint continues from its
-    output_dir's newest committed checkpoint; `storage_options`: for a remote output_dir; `callback_decisions`: as
-    TrainingArguments'."""
+    output_dir's newest committed checkpoint; `storage_options`: for a remote output_dir; `callback_decisions`,
+    `hang_warning_s`, `hang_timeout_s`: as TrainingArguments' (the hang watchdog on each rank; 0: off)."""
     run_id: str
     method: Optional[str] = None  # None: a script
     resume: bool = True
     storage_options: Optional[Dict[str, Any]] = None
     callback_decisions: str = "same_step"
+    hang_warning_s: float = 0.0
+    hang_timeout_s: float = 0.0
 
     @property
     def job_kind(self) -> JobKind:

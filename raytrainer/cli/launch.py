@@ -51,7 +51,11 @@ def add_parser(commands) -> argparse.ArgumentParser:
     launch.add_argument("--log_level", choices=("debug", "info", "warning", "error", "critical", "passive"))
     launch.add_argument("--worker_idle_timeout_s", type=float)
     launch.add_argument("--ddp_timeout", type=int, metavar="SECONDS")
-    launch.add_argument("--hang_warning_s", type=float)
+    launch.add_argument("--hang_warning_s", type=float, metavar="SECONDS",
+                        help="name a rank without progress this long (its rank, phase and line; default 300, 0: off)")
+    launch.add_argument("--hang_timeout_s", type=float, metavar="SECONDS",
+                        help="end a rank without progress this long: the job restarts from its newest committed "
+                             "checkpoint, one failure against --max_failures (default 1800, 0: off)")
     launch.add_argument("--disable_tqdm", action="store_true", default=None, help="log lines instead of a bar")
     launch.add_argument("--fresh", action="store_true",
                         help="do not resume: every Trainer starts from step 0 (its output_dir's checkpoints stay)")

@@ -132,6 +132,7 @@ class HostedTrainer(CallbackMethods):
         order = HostedOrder(
             run_id=run_id, method=method, resume=self.options.resume, storage_options=self.options.storage_options,
             callback_decisions=self.options.callback_decisions, control_points=handler.control_points(),
+            hang_warning_s=self.options.hang_warning_s, hang_timeout_s=self.options.hang_timeout_s,
             heard=handler.heard(),
             log_levels=LogLevels(rank0=worker_level(self.options, 0, driver_ran_model=True),
                                  replica=worker_level(self.options, 1, driver_ran_model=True)))

@@ -43,6 +43,7 @@ def launch_script(script: str, script_args: Sequence[str], options: HostedOption
     run_id = uuid.uuid4().hex[:12]
     order = HostedOrder(run_id=run_id, method=None, resume=options.resume, storage_options=options.storage_options,
                         callback_decisions=options.callback_decisions, control_points=callbacks.control_points(),
+                        hang_warning_s=options.hang_warning_s, hang_timeout_s=options.hang_timeout_s,
                         heard=callbacks.heard(),
                         log_levels=LogLevels(rank0=worker_level(options, 0, driver_ran_model=True),
                                              replica=worker_level(options, 1, driver_ran_model=True)))

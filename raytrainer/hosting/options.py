@@ -30,7 +30,7 @@ HOST_OPTIONS = (
     "num_workers", "max_failures", "max_preemptions", "storage_options", "resources_per_worker", "use_gpu",
     "ray_address", "worker_idle_timeout_s", "elastic_resize_monitor_interval_s", "report_to", "logging_dir",
     "run_name", "disable_tqdm", "log_level", "log_level_replica", "ddp_timeout", "callback_decisions",
-    "hang_warning_s",
+    "hang_warning_s", "hang_timeout_s",
 )
 # Ours only: a Trainer whose train() gets no resume_from_checkpoint continues from its newest checkpoint.
 RESUME = "resume"
@@ -60,6 +60,7 @@ class HostedOptions:
     ddp_timeout: int = 1800
     callback_decisions: str = "same_step"
     hang_warning_s: float = 300.0
+    hang_timeout_s: float = 1800.0
     resume: bool = True
 
     @property

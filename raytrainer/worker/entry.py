@@ -57,7 +57,7 @@ def _run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on
     if isinstance(order, HostedOrder):
         from .hosted import run_hosted  # imports transformers: only for hosted jobs
 
-        return run_hosted(trainer, order, ctx, emitter)
+        return run_hosted(trainer, order, ctx, emitter, on_ray)
     trainer.ctx = ctx
     place_auxiliary_modules(trainer, ctx.device)
     events = LoopEvents(trainer, ctx, emitter, order.control_points, order.rank_callbacks,

@@ -41,7 +41,7 @@ from ..data.global_batch import global_batch_size
 from ..data.loader_options import main_input_name
 from ..data.ray_batches import RayTrainData
 from ..optimizers.builtin import optimizer_eval_mode, optimizer_train_mode
-from ..protocol import GroupStart, Reason, TrainResult
+from ..protocol import GroupStart, TrainResult
 from ..startup import EVENT as STARTUP_EVENT, Timeline
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
@@ -57,7 +57,7 @@ from .step_sync import StepSync
 from .stopping import StopSignals
 from .throughput import ModelFlops, peak_flops, run_precision
 from .train_data import train_data
-from .watchdog import UNWATCHED, WAITING_FOR_A_PEER, watch_events, watching
+from .watchdog import UNWATCHED, watch_events, watching_job
 
 
 @dataclass
@@ -189,18 +189,12 @@ class TrainLoop:
         self.trainer.training_run, self.trainer.micro_step = self, self.micro
         # A rank without progress is named, then its worker ends (on Ray only): hang_warning_s, hang_timeout_s.
         # The stall line travels through the event sink to the driver's console (protocol.Stall).
-        with watching(self.args, self.ctx.rank, exit_on_timeout=self.on_ray, report=self.emitter.report_stall,
-                      before_exit=self._record_hang) as self.watch:
+        with watching_job(self.args, self.ctx.rank, self.on_ray, self.emitter) as self.watch:
             watch_events(self.events, self.watch)
             try:
                 return self._run()
             finally:
                 self.trainer.training_run = self.trainer.micro_step = None
-
-    def _record_hang(self, rank: int, phase: str, seconds: float):
-        """The restart's cause, before the stalled worker ends: what the watchdog saw, not Ray's health check."""
-        self.emitter.record_cause(Reason.HANG, f"rank {rank} made no progress for {seconds:.0f} s in {phase} "
-                                               "(hang_timeout_s)", waiting=WAITING_FOR_A_PEER in phase)
 
     def _run(self) -> Optional[TrainResult]:
         self._setup()

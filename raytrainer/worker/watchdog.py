@@ -171,6 +171,23 @@ def watching(args, rank: int, exit_on_timeout: bool, report: Report = report_to_
         _current = UNWATCHED
 
 
+def watching_job(settings, rank: int, exit_on_timeout: bool, emitter):
+    """`watching` for a job on a worker (the own loop, a hosted job), its stalls told to the driver through
+    `emitter`: the events buffered before the stall are sent first (the log lines of the steps before it reach
+    the console, not only the stall line), and the cause of an exit is recorded as a hang for the restart."""
+    from ..protocol import Reason
+
+    def report(rank: int, phase: str, seconds: float):
+        emitter.flush()
+        emitter.report_stall(rank, phase, seconds)
+
+    def record_hang(rank: int, phase: str, seconds: float):
+        emitter.record_cause(Reason.HANG, f"rank {rank} made no progress for {seconds:.0f} s in {phase} "
+                                          "(hang_timeout_s)", waiting=WAITING_FOR_A_PEER in phase)
+
+    return watching(settings, rank, exit_on_timeout=exit_on_timeout, report=report, before_exit=record_hang)
+
+
 def watch_events(events, dog):
     """Mark each event before the loop's events object fires it (rank callbacks, the driver's decision, the
     control all-reduce): a rank stalled in `on_step_end` is named so. worker/loop_events.py stays unaware of it."""

@@ -4,10 +4,12 @@ launch` (and `raytrainer.launch`) and kill what a failure would.
 
     python plain_script.py --output_dir DIR --results RES [--max_steps 8] [--save_steps 3]
                            [--kill_rank 1 --kill_at 5 --kill_marker FILE] [--pause_at 4 --pause_s 30]
+                           [--hang_at 5 --hang_s 600 --hang_marker FILE]
 
 Rank 0 writes RES/log_history.json and RES/weights.safetensors at the end. `--kill_*`: that rank dies (SIGKILL)
 at the end of step `kill_at`, once (the marker file remembers). `--pause_*`: rank 0 sleeps after that step's
-checkpoint (a test kills the driver meanwhile)."""
+checkpoint (a test kills the driver meanwhile). `--hang_*`: rank `kill_rank` sleeps in a callback at the end of
+step `hang_at`, once (the marker file remembers): a hung rank."""
 
 from __future__ import annotations
 
@@ -44,6 +46,10 @@ class Faults(TrainerCallback):
                 and not os.path.exists(o.kill_marker):
             open(o.kill_marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
+        if o.hang_at == state.global_step and int(os.environ.get("RANK", 0)) == o.kill_rank \
+                and not os.path.exists(o.hang_marker):
+            open(o.hang_marker, "w").close()
+            time.sleep(o.hang_s)  # the hung line
 
     def on_save(self, args, state, control, **kwargs):
         if self.options.pause_at == state.global_step and int(os.environ.get("RANK", 0)) == 0:
@@ -61,6 +67,9 @@ def main():
     parser.add_argument("--kill_marker", default="")
     parser.add_argument("--pause_at", type=int, default=-1)
     parser.add_argument("--pause_s", type=float, default=0)
+    parser.add_argument("--hang_at", type=int, default=-1)
+    parser.add_argument("--hang_s", type=float, default=0)
+    parser.add_argument("--hang_marker", default="")
     options = parser.parse_args()
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

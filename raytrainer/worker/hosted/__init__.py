@@ -19,6 +19,7 @@ from typing import Any, Optional
 from ...checkpoint.model_io import load_into
 from ...errors import ConfigError
 from ...protocol import HostedCall, HostedOrder, HostedResult, HostedScript
+from ..watchdog import watching_job
 from .host import Host, installed
 from .sandbox import sandbox
 
@@ -36,11 +37,15 @@ class ScriptExit(RuntimeError):
     """The script called sys.exit() with a failure status."""
 
 
-def run_hosted(target: Any, order: HostedOrder, ctx, emitter) -> Optional[HostedResult]:
-    """Run the order on this rank; rank 0's `HostedResult` (None on the other ranks)."""
+def run_hosted(target: Any, order: HostedOrder, ctx, emitter, on_ray: bool = False) -> Optional[HostedResult]:
+    """Run the order on this rank; rank 0's `HostedResult` (None on the other ranks). `on_ray`: a stalled rank
+    past hang_timeout_s ends its worker (Ray Train restarts the group); in the driver process it only warns."""
     host = Host(order, ctx, emitter)
     value = model_state = None
-    with sandbox(), installed(host), switch_interval(JOB_SWITCH_INTERVAL_S), one_process(ctx.world_size):
+    # The hang watchdog (worker/watchdog.py) is marked by the relay: each step's begin, each event, the loop
+    # between steps; a rank stalled in HF's all_gather is named as waiting for a peer.
+    with sandbox(), installed(host), switch_interval(JOB_SWITCH_INTERVAL_S), one_process(ctx.world_size), \
+            watching_job(order, ctx.rank, on_ray, emitter):
         if ctx.device.type == "cpu":
             # accelerate treats a CPU process as distributed only when told (`accelerate launch --cpu`, or
             # use_cpu=True): without it every rank of a CPU group would train alone, as under torchrun.

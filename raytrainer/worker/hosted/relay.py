@@ -25,11 +25,22 @@ from ...checkpoint.listing import checkpoint_name
 from ...checkpoint.retention import rotate
 from ...storage import is_local, join
 from ..loop_events import LoopEvents
+from ..watchdog import current as current_watchdog
 
 # The HF events a hosted Trainer reports whatever the driver's callbacks listen to: progress, logs and the
 # run's records need them. Others (step_begin, substep_end, ...) only when a driver callback listens.
 ALWAYS_RELAYED = frozenset({"train_begin", "epoch_begin", "step_end", "log", "evaluate", "save", "epoch_end",
                             "train_end", "predict"})
+
+
+# Where a stalled rank is, by the last HF event it passed: what HF does until its next event (the watchdog adds
+# the line the rank is stuck on; one inside torch.distributed is named as waiting for another rank).
+NEXT_PHASE = {"train_begin": "HF's loop before its first step (the first batch)",
+              "step_begin": "HF's training step (forward, backward)",
+              "substep_end": "HF's training step (the next micro-batch)",
+              "pre_optimizer_step": "HF's optimizer step",
+              "optimizer_step": "HF's loop after the optimizer step (the callbacks' on_step_end)",
+              "step_end": "HF's loop after a step (log, evaluate, save, the next batch)"}
 
 
 class Relay(TrainerCallback):
@@ -40,16 +51,21 @@ class Relay(TrainerCallback):
                                  next_step=order.callback_decisions == "next_step")
         self.relayed = ALWAYS_RELAYED | order.heard
         self.checkpoint = None  # the URL of the last committed checkpoint
+        self.watch = current_watchdog()  # the job's hang watchdog (a no-op when off): this relay marks it
 
     def _fire(self, event: str, control, **payload):
-        if event not in self.relayed:
-            return control
-        decided = self.events.fire(event, **payload)
-        for name in CONTROL_FLAGS:
-            if getattr(decided, name):
-                setattr(control, name, True)
-        if event == "step_end":
-            self.events.end_step()
+        self.watch.phase(f"on_{event} (the driver's callbacks, control)")
+        if event in self.relayed:
+            decided = self.events.fire(event, **payload)
+            for name in CONTROL_FLAGS:
+                if getattr(decided, name):
+                    setattr(control, name, True)
+            if event == "step_end":
+                self.events.end_step()
+        if event == "train_end":
+            self.watch.idle()  # what the script does after train() is not a step: never a stall
+        else:  # the relay is HF's last callback: what HF does until the next event is named
+            self.watch.phase(NEXT_PHASE.get(event) or f"HF's loop after on_{event}")
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
