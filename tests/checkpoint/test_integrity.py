@@ -1,26 +1,22 @@
 """Checksums (issue 20, 1-2): every committed file carries one, taken as it is written; what is loaded is
 verified; a damaged checkpoint is refused naming the file and the checkpoint, falls back only for
-resume_from_checkpoint=True, and is never deleted. Each test on local disk and on S3 (moto)."""
+resume_from_checkpoint=True, and is never deleted. Each test on local disk and on S3 (moto). Checksums as written:
+test_writer.py and test_snapshot.py; an old manifest without them: test_model_io.py."""
 
 from __future__ import annotations
 
-import io
 import json
 import pickle
-import zipfile
 
 import pytest
-import torch
 
 from raytrainer import storage
 from raytrainer.checkpoint import listing, manifest, resume
-from raytrainer.checkpoint.damage import CheckpointDamagedError, verify
+from raytrainer.checkpoint.damage import CheckpointDamagedError
 from raytrainer.checkpoint.model_io import load_model_state, save_model_files
 from raytrainer.checkpoint.snapshot import Snapshot, get_rng_state
-from raytrainer.checkpoint.writer import clear_leftover, write_snapshot
+from raytrainer.checkpoint.writer import write_snapshot
 from raytrainer.errors import ConfigError
-from raytrainer.storage.integrity import of_bytes
-from raytrainer.storage.retry import Retry
 from tests.models import make_model
 
 
@@ -42,31 +38,6 @@ def _overwrite(store, url: str, name: str, at: int, data: bytes):
     at = at % len(content)
     content[at:at + len(data)] = data
     storage.write_bytes(full, bytes(content), store.options)
-
-
-def test_every_committed_file_has_the_checksum_of_its_bytes(store):
-    url = _save(store, 4)
-    committed = manifest.read_manifest(url, store.options)
-    assert committed["format"] == manifest.FORMAT
-    assert set(committed["checksums"]) == set(committed["files"]) == {
-        "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_0.pth", "trainer_state.json",
-        "training_args.json"}
-    for name, checksum in committed["checksums"].items():
-        assert checksum == of_bytes(storage.read_bytes(storage.join(url, name), store.options)), name
-    assert verify(url, store.options) is None
-
-
-def test_state_files_leave_torchs_zip_crc32_to_our_checksum_and_load_as_any(store):
-    """torch.save's per-record CRC32 is a large part of saving an optimizer state: ours are written without it (the
-    manifest's checksum of the whole file is verified instead), and torch's setting is back after the save."""
-    from torch.utils.serialization import config
-
-    url = _save(store, 3)
-    assert config.save.compute_crc32 is True
-    data = storage.read_bytes(storage.join(url, "optimizer.pt"), store.options)
-    assert zipfile.ZipFile(io.BytesIO(data)).testzip() is not None  # a zip reader that checks CRCs objects
-    assert torch.load(io.BytesIO(data), weights_only=False) == {"state": {}, "param_groups": []}
-    assert verify(url, store.options) is None
 
 
 def test_same_size_corruption_is_refused_naming_file_and_checkpoint(store):
@@ -114,33 +85,6 @@ def test_truncated_committed_checkpoint_is_damaged_not_partial_and_never_removed
     assert storage.exists(storage.join(newest, "model.safetensors"), store.options)
     with pytest.raises(CheckpointDamagedError, match="checkpoint-8 is damaged: model.safetensors"):
         resume.resolve(store.url, newest, store.options)
-
-
-def test_a_damaged_leftover_is_set_aside_when_its_step_is_saved_again(store):
-    url = _save(store, 8)
-    _overwrite(store, url, "model.safetensors", -64, b"\x01" * 8)
-    clear_leftover(url, store.options, Retry(storage_options=store.options))
-    assert not storage.exists(url, store.options)
-    aside = url + ".damaged"
-    assert manifest.read_manifest(aside, store.options) is not None  # every file kept, under another name
-    assert [s for s, _ in listing.checkpoint_dirs(store.url, store.options)] == []  # not a checkpoint-N any more
-    _save(store, 8)  # the new one takes the step's name; an intact leftover is simply replaced
-    _save(store, 8)
-    assert verify(url, store.options) is None
-
-
-def test_old_manifest_without_checksums_loads_by_size(store):
-    url = _save(store, 4)
-    old = manifest.read_manifest(url, store.options)
-    old.pop("checksums")
-    old["format"] = 1
-    storage.write_text(storage.join(url, manifest.MANIFEST_NAME), json.dumps(old), store.options)
-    assert resume.resolve(store.url, True, store.options) == url
-    state = load_model_state(url, store.options, manifest.read_manifest(url, store.options))
-    assert torch.equal(state["head.weight"], make_model(4).state_dict()["head.weight"])
-    _overwrite(store, url, "model.safetensors", 0, b"\xff" * 8)  # undetectable by size: the parse names it
-    with pytest.raises(CheckpointDamagedError, match=r"checkpoint-4 is damaged: model\.safetensors: cannot be read"):
-        load_model_state(url, store.options, manifest.read_manifest(url, store.options))
 
 
 def test_no_committed_checkpoint_at_all(store):
