@@ -1,6 +1,6 @@
 """Who takes a job's messages on the driver (raytrainer/coordinator/handlers.py): events to the callbacks (after
 train()'s start-up watch), control requests their decision, a hosted claim its typed reply; and the pump and the
-num_workers=0 sink handing each message to them by its kind, without Ray (the pump's fake group of test_sink.py)."""
+num_workers=0 sink handing each message to them by its kind, without Ray (the pump's fake group of test_pump.py)."""
 
 from __future__ import annotations
 
