@@ -73,6 +73,25 @@ def bounds(value: Workers) -> Tuple[int, int]:
     return (value, value) if isinstance(value, int) else value
 
 
+class WorkerRange:
+    """`min_workers`, `max_workers` and `elastic` of anything with a normalised `num_workers` (TrainingArguments,
+    the coordinator's RunSpec, the hosted options)."""
+
+    @property
+    def min_workers(self) -> int:
+        return bounds(self.num_workers)[0]
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers the run uses; 0 for a driver-process run."""
+        return bounds(self.num_workers)[1]
+
+    @property
+    def elastic(self) -> bool:
+        """num_workers is a (min, max) range with min < max."""
+        return self.min_workers != self.max_workers
+
+
 def check_elastic_batch(value: Workers, per_device: int, accumulation: int):
     """Every world size of the range must split the global batch (per_device x accumulation x max) into whole
     micro-batches per rank; say which accumulation does."""

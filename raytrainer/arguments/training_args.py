@@ -24,7 +24,7 @@ from .checks import TOPICS
 from .choices import DDP_BACKENDS, HUB_STRATEGIES, LOG_LEVELS, MP_CONTEXTS, SAMPLING_STRATEGIES, STRATEGIES
 from .normalise import normalise
 from .process_view import DriverView
-from .scaling import NumWorkers, bounds
+from .scaling import NumWorkers, WorkerRange
 from .transformers_fields import HF_FIELDS
 
 
@@ -54,7 +54,7 @@ def _refused(name: str, **kw) -> Any:
 # Unions are written with `|` and in transformers' member order: HfArgumentParser picks the command-line type by
 # position, and `typing.Union[...]` may hand back an equal union built elsewhere with its members in another order.
 @dataclass
-class TrainingArguments(DriverView):
+class TrainingArguments(DriverView, WorkerRange):
     # --- where things go ---
     output_dir: Optional[str] = _help(
         "Where checkpoints and the final model are written: a local path or any fsspec URL (s3://...). "
@@ -341,20 +341,6 @@ class TrainingArguments(DriverView):
             check(self)
 
     # ------------------------------------------------------------------ derived values
-    @property
-    def elastic(self) -> bool:
-        """num_workers is a (min, max) range with min < max."""
-        return self.min_workers != self.max_workers
-
-    @property
-    def min_workers(self) -> int:
-        return bounds(self.num_workers)[0]
-
-    @property
-    def max_workers(self) -> int:
-        """The most workers the run uses; 0 for a driver-process run."""
-        return bounds(self.num_workers)[1]
-
     @property
     def train_data_seed(self) -> int:
         return self.seed if self.data_seed is None else self.data_seed

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ..arguments.scaling import Workers, bounds
+from ..arguments.scaling import WorkerRange, Workers
 from ..verbosity import ray_train_log_level
 from . import cluster
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(WorkerRange):
     """`num_workers`: an int, or (min, max) for an elastic run (0: in the driver process, without a group);
     `resources_per_worker`: Ray's resources of one worker (None: 1 CPU, plus a GPU with `use_gpu`);
     `max_failures` / `max_preemptions`: restarts of a job before it fails (-1: no limit);
@@ -52,19 +52,6 @@ class RunSpec:
                       ray_address=args.ray_address, run_name=args.run_name, storage_options=args.storage_options,
                       ray_train_log_level=ray_train_log_level(args))
         return cls(**{**fields, **overrides})
-
-    @property
-    def min_workers(self) -> int:
-        return bounds(self.num_workers)[0]
-
-    @property
-    def max_workers(self) -> int:
-        return bounds(self.num_workers)[1]
-
-    @property
-    def elastic(self) -> bool:
-        """num_workers is a (min, max) range with min < max."""
-        return self.min_workers != self.max_workers
 
     @property
     def in_process(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ..arguments.checks import devices_and_ddp, logging_and_evaluation, workers_and_ray
 from ..arguments.normalise import json_objects
 from ..arguments.report_to import normalise_report_to
-from ..arguments.scaling import Workers, bounds, normalise_workers
+from ..arguments.scaling import WorkerRange, Workers, bounds, normalise_workers
 from ..arguments.training_args import TrainingArguments
 from ..coordinator.spec import RunSpec, decide_use_gpu
 from ..errors import ConfigError
@@ -39,7 +39,7 @@ CHECKS = (workers_and_ray, logging_and_evaluation, devices_and_ddp)
 
 
 @dataclass(frozen=True)
-class HostedOptions:
+class HostedOptions(WorkerRange):
     """A hosted run's options (HOST_OPTIONS and `resume`); the defaults are `TrainingArguments`'. `logging_dir`
     None: the reporters write under the output_dir the first Trainer claims."""
     num_workers: Workers = 1
@@ -62,10 +62,6 @@ class HostedOptions:
     hang_warning_s: float = 300.0
     hang_timeout_s: float = 1800.0
     resume: bool = True
-
-    @property
-    def max_workers(self) -> int:
-        return bounds(self.num_workers)[1]
 
     def run_spec(self) -> RunSpec:
         """The coordinator's spec of this run. With workers, after connecting to Ray (GPUs: the cluster's). In
