@@ -2,10 +2,12 @@
 1 sleeps in a callback at the end of step 5. Its watchdog names it with the line it is stuck on after
 hang_warning_s (rank 0, waiting in HF's gather, is named as waiting for another rank); the log lines of the steps
 before the stall reach the console first; after hang_timeout_s the group restarts from checkpoint-3 (one failure
-against max_failures) and the run ends at step 8."""
+against max_failures) and the run ends at step 8, its trainer_state.json recording the restart and its cause,
+as the own loop's does."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -28,3 +30,8 @@ def test_a_hung_rank_is_named_then_its_group_restarts_from_the_last_checkpoint(t
     assert re.search(r"rank 0 has made no progress for \d+ s in .*waiting for another rank", err), err[-3000:]
     out = capfd.readouterr().out + err
     assert "Trainer resumes from checkpoint-3 (step 3)" in out
+    with open(tmp_path / "run" / "checkpoint-8" / "trainer_state.json") as f:
+        restarts = json.load(f)["stateful_callbacks"]["raytrainer"]["restarts"]
+    assert [(r["reason"], r["global_step"], os.path.basename(r["checkpoint"]), r["world_size"]) for r in restarts] \
+        == [("hang", 3, "checkpoint-3", 2)]
+    assert "rank 1 made no progress" in restarts[0]["cause"] and "plain_script.py:" in restarts[0]["cause"]

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ...checkpoint import hf_dirs
 from ...checkpoint.listing import checkpoint_name
 from ...checkpoint.manifest import uncommit
 from ...checkpoint.writer import set_aside_if_damaged
 from ...errors import ConfigError
-from ...protocol import HostedClaim, HostedOrder
+from ...protocol import GroupStart, HostedClaim, HostedOrder, RestartHistory
 from ...storage import absolute_if_local, is_local, join, local_path
 from ...storage.retry import Retry
 from ...storage.upload import upload_dir
@@ -42,6 +42,8 @@ class Host:
         self.runs: List[Dict[str, Any]] = []  # one record per train() that ended (HostedResult.runs)
         self.reporters: Dict[int, tuple] = {}  # id(trainer) -> the report_to names it had (they run on the driver)
         self.staged: Dict[str, str] = {}  # staging folder -> the URL it stands for
+        self.resumed: Dict[int, Optional[str]] = {}  # id(trainer) -> the checkpoint URL its train() resumed from
+        self._history: Optional[Tuple[Optional[RestartHistory]]] = None  # the driver's answer to group_started
 
     # ------------------------------------------------------------------ what the wrapped methods ask
     def url_of(self, trainer) -> str:
@@ -95,6 +97,7 @@ class Host:
                               "must be run by raytrainer.hosted(...) or `raytrainer launch`.")
         if reply.error:
             raise ConfigError(reply.error)
+        self.resumed[id(trainer)] = reply.resume_from
         if reply.resume_from is None:
             return None
         if is_local(reply.resume_from):  # read in place (verified by the driver); a plain HF folder as given
@@ -104,6 +107,18 @@ class Host:
                 hf_dirs.fetch(url, self.order.storage_options)
         self.ctx.barrier()
         return hf_dirs.fetched_path(reply.resume_from)
+
+    def restart_history(self, trainer) -> Tuple[Optional[RestartHistory], bool]:
+        """Rank 0, as a Trainer's training begins: the job's restarts so far (None in its first worker group),
+        and whether this is the group's first Trainer to ask. The first one tells the driver that this group
+        started (`group_started`, once per group, as the own loop's rank 0 does), with its step and checkpoint."""
+        if self._history is not None:
+            return self._history[0], False
+        self._history = (self.emitter.group_started(GroupStart(
+            world_size=self.ctx.world_size, global_step=trainer.state.global_step,
+            checkpoint=self.resumed.get(id(trainer)),
+            gradient_accumulation_steps=trainer.args.gradient_accumulation_steps)),)
+        return self._history[0], True
 
     def uncommit(self, trainer):
         """Before HF writes checkpoint-N: one that an earlier run committed under that name loses its manifest

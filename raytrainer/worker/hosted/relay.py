@@ -23,6 +23,7 @@ from ...callbacks.base import CONTROL_FLAGS
 from ...checkpoint import hf_dirs, lease
 from ...checkpoint.listing import checkpoint_name
 from ...checkpoint.retention import rotate
+from ...state import OWN_STATE_KEY
 from ...storage import is_local, join
 from ..loop_events import LoopEvents
 from ..watchdog import current as current_watchdog
@@ -69,9 +70,29 @@ class Relay(TrainerCallback):
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
-        return self._fire("train_begin", control, max_steps=state.max_steps,
-                          num_train_epochs=state.num_train_epochs, world_size=self.host.ctx.world_size,
-                          trainer=type(self.trainer).__name__, output_dir=self.host.url_of(self.trainer))
+        control = self._fire("train_begin", control, max_steps=state.max_steps,
+                             num_train_epochs=state.num_train_epochs, world_size=self.host.ctx.world_size,
+                             trainer=type(self.trainer).__name__, output_dir=self.host.url_of(self.trainer))
+        if self.host.ctx.is_main:
+            self._record_restarts(state)
+        return control
+
+    def _record_restarts(self, state):
+        """In a worker group that replaced another (a lost worker, a hang, a preemption), the job's restarts and
+        resizes go into this Trainer's state, so its next trainer_state.json has them (under
+        `stateful_callbacks["raytrainer"]`, as the own loop writes them); the group's first Trainer reports the
+        restart to the driver."""
+        history, first = self.host.restart_history(self.trainer)
+        if history is None:
+            return
+        own = state.stateful_callbacks.setdefault(OWN_STATE_KEY, {})
+        for name in ("restarts", "resizes"):
+            kept = own.setdefault(name, [])
+            kept.extend(r for r in getattr(history, name) if r not in kept)
+        if first:
+            self.host.emitter.emit("restart", epoch=state.epoch, **history.restart)
+            if history.resize is not None:
+                self.host.emitter.emit("resize", epoch=state.epoch, **history.resize)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         return self._fire("epoch_begin", control)
