@@ -1,5 +1,6 @@
-"""LOMO and AdaLomo in a Trainer run: the weights change inside `fused_backward` only, at the step's learning
-rate, and AdaLomo's state is in its state_dict."""
+"""LOMO and AdaLomo (raytrainer/optimizers/lomo_classes.py, built by optimizers/lomo.py) in a Trainer run: the
+weights change inside `fused_backward` only, at the step's learning rate, and AdaLomo's state is in its
+state_dict."""
 
 from __future__ import annotations
 
