@@ -1,0 +1,81 @@
+"""The worker's side of the event channel (raytrainer/callbacks/channel.py `Emitter`), in one process against the
+num_workers=0 sink (`DirectSink`) and the driver's callbacks behind it: events are buffered and sent once the flush
+interval passed, urgent ones at once; held events travel with the control request that follows, so the decision
+reflects them; a request not waited for is answered through `answer`; the job's id is stamped on every event. The
+same over Ray (an actor handle, pushes in flight landed first): tests/callbacks/test_events.py."""
+
+from __future__ import annotations
+
+from raytrainer.callbacks.base import CallbackHandler, TrainerCallback
+from raytrainer.callbacks.channel import Emitter
+from raytrainer.coordinator.handlers import JobHandlers
+from raytrainer.coordinator.sink import DirectSink
+from raytrainer.protocol import Decision
+from raytrainer.state import TrainerState
+
+
+class Heard(TrainerCallback):
+    def __init__(self):
+        self.events = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.events.append(("log", state.global_step))
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.events.append(("evaluate", state.global_step))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.events.append(("step_end", state.global_step))
+        control.should_log = state.global_step % 2 == 0
+
+
+class Sink(DirectSink):
+    """The num_workers=0 sink, counting the calls that reach it."""
+
+    def __init__(self, handlers):
+        super().__init__(handlers)
+        self.pushes = []
+
+    def push(self, messages):
+        self.pushes.append([(m.name, m.job) for m in messages])
+        return super().push(messages)
+
+
+def wire(flush_interval_s: float):
+    heard = Heard()
+    handler = CallbackHandler([heard], args=None, state=TrainerState())
+    sink = Sink(JobHandlers(handler))
+    return Emitter(sink, rank=0, flush_interval_s=flush_interval_s, job="job-1"), sink, heard
+
+
+def test_events_wait_for_the_flush_interval_and_urgent_ones_go_at_once():
+    emitter, sink, heard = wire(flush_interval_s=3600)
+    emitter.emit("log", global_step=1, logs={"loss": 1.0})
+    emitter.emit("log", global_step=2, logs={"loss": 0.9})
+    assert sink.pushes == [] and heard.events == []
+    emitter.emit("evaluate", global_step=2, metrics={})  # urgent: the buffer goes with it, in order
+    assert sink.pushes == [[("log", "job-1"), ("log", "job-1"), ("evaluate", "job-1")]]
+    assert heard.events == [("log", 1), ("log", 2), ("evaluate", 2)]
+    emitter.emit("log", global_step=3, logs={})
+    emitter.flush()
+    assert heard.events[-1] == ("log", 3) and len(sink.pushes) == 2
+
+
+def test_held_events_travel_with_the_request_and_the_decision_reflects_them():
+    emitter, sink, heard = wire(flush_interval_s=0)
+    emitter.emit("step_end", hold=True, global_step=2)  # held although the interval passed
+    assert heard.events == []
+    decision = emitter.request_control()
+    assert isinstance(decision, Decision) and decision.flags["should_log"] is True
+    assert heard.events == [("step_end", 2)] and sink.pushes == [[("step_end", "job-1")]]
+    emitter.emit("step_end", hold=True, global_step=3)
+    request = emitter.request_control(wait=False)  # callback_decisions="next_step"
+    assert emitter.answer(request).flags["should_log"] is False
+
+
+def test_the_result_is_delivered_after_every_buffered_event():
+    emitter, sink, heard = wire(flush_interval_s=3600)
+    emitter.emit("log", global_step=4, logs={})
+    emitter.set_result({"global_step": 4})
+    assert heard.events == [("log", 4)] and sink._result == {"global_step": 4}
+    assert emitter.wait_result_taken() is True and emitter.stop_watch() is None  # the driver is this process
