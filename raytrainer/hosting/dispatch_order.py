@@ -37,6 +37,10 @@ def dispatch_order(target: Any, order: HostedOrder, options: HostedOptions, call
     try:
         return dispatch.dispatch_job(packed, order.job_kind, spec=spec, handlers=JobHandlers(callbacks, claims),
                                      user=user, datasets={}, receive=receive)
+    except Exception:
+        if claims.refused is not None:  # every rank raised it from the claim's reply: the driver's message alone
+            raise ConfigError(claims.refused) from None
+        raise
     finally:
         claims.close()
 

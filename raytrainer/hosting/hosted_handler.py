@@ -46,6 +46,7 @@ class HostedHandler:
         self.leases: Dict[str, Any] = {}
         self.claims: Dict[str, HostedClaim] = {}  # output_dir -> its last claim
         self.seen: set = set()  # (output_dir, trainer, index) claimed in this job: a second claim is a restart
+        self.refused: Optional[str] = None  # why the last claim was refused (the job then fails on every rank)
 
     def close(self):
         """Release the job's leases (its output_dirs may be written by the next run)."""
@@ -67,7 +68,8 @@ class HostedHandler:
             also = self.best_checkpoint_of(resume_from) if resume_from and not storage.is_local(resume_from) else ()
             return HostedClaimReply(resume_from=resume_from, also_fetch=also)
         except (ConfigError, StorageError) as exc:
-            return HostedClaimReply(error=str(exc))
+            self.refused = str(exc)
+            return HostedClaimReply(error=self.refused)
 
     def _check_storage(self, url: str):
         if storage.is_local(url) and _connected() and cluster.workers_may_be_elsewhere():

@@ -1,0 +1,25 @@
+"""A claim the driver refuses on a worker's behalf (storage without credentials, an output_dir another run
+writes) ends `raytrainer launch` as one line naming the fix and exit status 2, not as the worker's traceback
+wrapped in the driver's (hosting/dispatch_order.py: the handler's refusal is raised on the driver)."""
+
+from __future__ import annotations
+
+import os
+
+from raytrainer.cli.commands import main
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_script.py")
+
+
+def test_a_refused_claim_is_one_line_and_exit_status_2(tmp_path, capfd, ray_session, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    status = main(["launch", "--num_workers", "1", "--disable_tqdm", "--storage_options",
+                   "endpoint_url=http://127.0.0.1:9", SCRIPT, "--output_dir", "s3://nobucket/run", "--results",
+                   str(tmp_path / "res")])
+    err = capfd.readouterr().err
+    assert status == 2
+    errors = [line for line in err.splitlines() if line.startswith("raytrainer: error:")]
+    assert len(errors) == 1 and "No usable credentials for s3://nobucket/run" in errors[0]
+    assert "storage_options" in errors[0]  # the fix is named
+    assert "Traceback" not in err and "TrainingError" not in err
