@@ -27,9 +27,11 @@ def straggler(rank_stats: List[dict]) -> Optional[dict]:
     return {"rank": slowest["rank"], "data_wait_s": slowest["data_wait_s"], "others_data_wait_s": typical}
 
 
-def restart_line(state, reason=None, cause=None, world_size=None, **kwargs) -> str:
+def restart_line(state, reason=None, cause=None, world_size=None, checkpoint=None, **kwargs) -> str:
     size = f" with {world_size} worker{'s' if world_size != 1 else ''}" if world_size else ""
-    return f"[raytrainer] worker group restarted{size} at step {state.global_step} ({reason or 'restart'}): {cause}"
+    source = f" from {checkpoint.rstrip('/').rsplit('/', 1)[-1]}" if checkpoint else " from step 0"
+    return (f"[raytrainer] worker group restarted{size} at step {state.global_step}{source} "
+            f"({reason or 'restart'}): {cause}")
 
 
 def resize_line(state, previous_world_size=None, world_size=None, gradient_accumulation_steps=None,

@@ -23,13 +23,15 @@ def test_a_hung_rank_is_named_then_its_group_restarts_from_the_last_checkpoint(t
                                num_workers=2, disable_tqdm=True, max_failures=1, hang_warning_s=3,
                                hang_timeout_s=12)
     assert marker.exists() and result.runs[-1]["global_step"] == 8
-    err = capfd.readouterr().err
+    captured = capfd.readouterr()
+    err, out = captured.err, captured.out + captured.err
     stalled = re.search(r"rank 1 has made no progress for \d+ s in (.*)", err)
     assert stalled, err[-3000:]
     assert "on_step_end" in stalled.group(1) and "plain_script.py:" in stalled.group(1)  # the hung line
     assert re.search(r"rank 0 has made no progress for \d+ s in .*waiting for another rank", err), err[-3000:]
-    out = capfd.readouterr().out + err
     assert "Trainer resumes from checkpoint-3 (step 3)" in out
+    assert re.search(r"worker group restarted with 2 workers at step 3 from checkpoint-3 \(hang\): rank 1 made no "
+                     r"progress", out), out[-3000:]  # the driver's line of the restart
     with open(tmp_path / "run" / "checkpoint-8" / "trainer_state.json") as f:
         restarts = json.load(f)["stateful_callbacks"]["raytrainer"]["restarts"]
     assert [(r["reason"], r["global_step"], os.path.basename(r["checkpoint"]), r["world_size"]) for r in restarts] \
