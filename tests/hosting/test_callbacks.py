@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 
 from raytrainer.callbacks.progress import PrinterCallback, ProgressCallback
-from raytrainer.hosting.callbacks import CallbackArgs, HostedCallbackHandler, driver_callbacks
+from raytrainer.hosting.callbacks import HostedCallbackHandler, callback_args, driver_callbacks
 from raytrainer.hosting.options import hosted_options
 
 
@@ -32,7 +32,7 @@ def test_progress_and_reporters_then_the_users_callbacks():
 def test_the_callbacks_args_read_the_trainers_own_then_the_options():
     options = hosted_options({"run_name": "beside", "logging_dir": "/logs"}, "here")
     own = types.SimpleNamespace(output_dir="/out", run_name="own", learning_rate=1e-3)
-    args = CallbackArgs(own, options, given=frozenset({"run_name"}))
+    args = callback_args(own, options, given=frozenset({"run_name"}))
     assert (args.run_name, args.learning_rate, args.output_dir) == ("beside", 1e-3, "/out")  # given beside: wins
     assert args.logging_dir == "/logs" and args.storage_options is None  # the trainer's arguments lack them
     args.output_dir = "s3://bucket/claimed"  # a claim sets it here: the user's object is not changed
@@ -41,7 +41,7 @@ def test_the_callbacks_args_read_the_trainers_own_then_the_options():
 
 def test_a_scripts_callbacks_read_the_options_and_the_claimed_output_dir():
     options = hosted_options({"storage_options": {"key": "secret"}}, "here")
-    args = CallbackArgs(None, options)
+    args = callback_args(None, options)
     assert args.output_dir is None  # until the first Trainer claims one
     args.output_dir = "/claimed"
     assert args.output_dir == "/claimed" and args.storage_options == {"key": "secret"}
