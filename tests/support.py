@@ -1,4 +1,5 @@
-"""Small helpers the test modules share: the repository root, the session Ray's CPUs, free ports on loopback."""
+"""Small helpers the test modules share: the repository root, the session Ray's CPUs, free ports on loopback, a
+driver callback that records the logs and evaluations it hears."""
 
 from __future__ import annotations
 
@@ -26,3 +27,21 @@ def free_ports(n: int = 1) -> list:
 
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+def logs_and_evaluations_recorder():
+    """A driver callback class (built on call: this module imports no raytrainer) recording `(event,
+    global_step)` for each on_log and on_evaluate it hears, in `events`."""
+    from raytrainer.callbacks.base import TrainerCallback
+
+    class Recorder(TrainerCallback):
+        def __init__(self):
+            self.events = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.events.append(("log", state.global_step))
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            self.events.append(("evaluate", state.global_step))
+
+    return Recorder

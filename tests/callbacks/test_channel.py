@@ -6,24 +6,16 @@ same over Ray (an actor handle, pushes in flight landed first): tests/callbacks/
 
 from __future__ import annotations
 
-from raytrainer.callbacks.base import CallbackHandler, TrainerCallback
+from raytrainer.callbacks.base import CallbackHandler
 from raytrainer.callbacks.channel import Emitter
 from raytrainer.coordinator.handlers import JobHandlers
 from raytrainer.coordinator.sink import DirectSink
 from raytrainer.protocol import Decision
 from raytrainer.state import TrainerState
+from tests.support import logs_and_evaluations_recorder
 
 
-class Heard(TrainerCallback):
-    def __init__(self):
-        self.events = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        self.events.append(("log", state.global_step))
-
-    def on_evaluate(self, args, state, control, **kwargs):
-        self.events.append(("evaluate", state.global_step))
-
+class Heard(logs_and_evaluations_recorder()):
     def on_step_end(self, args, state, control, **kwargs):
         self.events.append(("step_end", state.global_step))
         control.should_log = state.global_step % 2 == 0

@@ -16,6 +16,7 @@ from raytrainer.coordinator.sink import DirectSink
 from raytrainer.state import TrainerState
 from raytrainer.worker.loop_events import LoopEvents
 from raytrainer.worker_context import WorkerContext
+from tests.support import logs_and_evaluations_recorder
 
 
 class SaveAtStep2(TrainerCallback):
@@ -27,18 +28,9 @@ class SaveAtStep2(TrainerCallback):
         control.should_save = state.global_step == 2 or control.should_save
 
 
-class Seen(TrainerCallback):
+class Seen(logs_and_evaluations_recorder()):
     """Observes only what reaches the driver."""
     observes_only = True
-
-    def __init__(self):
-        self.events = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        self.events.append(("log", state.global_step))
-
-    def on_evaluate(self, args, state, control, **kwargs):
-        self.events.append(("evaluate", state.global_step))
 
 
 def wire(callbacks, next_step: bool = False):
