@@ -79,8 +79,7 @@ class Watch(TrainerCallback):
             if state.global_step == self.first:
                 self.clocks = (state.global_step, time.perf_counter(), time.thread_time(), time.process_time())
             if state.global_step == self.middle:
-                self.process = {**process_facts(), "niceness": os.nice(0),
-                                "cpus_allowed": len(os.sched_getaffinity(0))}
+                self.process = process_facts()
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.clocks and state.global_step == state.max_steps:

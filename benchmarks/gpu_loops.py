@@ -184,13 +184,15 @@ def summarise_profile(prof, window_us: float, cuda: bool, top: int = 8) -> dict:
 
 def process_facts() -> dict:
     """What in this process could make the same loop slower here than elsewhere: threads, the switch interval,
-    torch's thread count and determinism, TF32, the variables CUDA reads."""
+    torch's thread count and determinism, TF32, the process's niceness and allowed cores, the variables CUDA
+    reads."""
     import threading
 
     matmul = torch.backends.cuda.matmul
     return {"threads": sorted(t.name for t in threading.enumerate()), "switch_interval": sys.getswitchinterval(),
             "torch_threads": torch.get_num_threads(), "deterministic": torch.are_deterministic_algorithms_enabled(),
             "cudnn_benchmark": torch.backends.cudnn.benchmark, "tf32": bool(matmul.allow_tf32),
+            "niceness": os.nice(0), "cpus_allowed": len(os.sched_getaffinity(0)),
             "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS",
                                                    "LOCAL_RANK", "WORLD_SIZE") if k in os.environ}}
 

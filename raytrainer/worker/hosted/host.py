@@ -43,7 +43,8 @@ class Host:
         self.reporters: Dict[int, tuple] = {}  # id(trainer) -> the report_to names it had (they run on the driver)
         self.staged: Dict[str, str] = {}  # staging folder -> the URL it stands for
         self.resumed: Dict[int, Optional[str]] = {}  # id(trainer) -> the checkpoint URL its train() resumed from
-        self._history: Optional[Tuple[Optional[RestartHistory]]] = None  # the driver's answer to group_started
+        self.group_told = False  # rank 0 told the driver this group started (group_started: once per group)
+        self.history: Optional[RestartHistory] = None  # its answer: None in the job's first group
 
     # ------------------------------------------------------------------ what the wrapped methods ask
     def url_of(self, trainer) -> str:
@@ -112,13 +113,14 @@ class Host:
         """Rank 0, as a Trainer's training begins: the job's restarts so far (None in its first worker group),
         and whether this is the group's first Trainer to ask. The first one tells the driver that this group
         started (`group_started`, once per group, as the own loop's rank 0 does), with its step and checkpoint."""
-        if self._history is not None:
-            return self._history[0], False
-        self._history = (self.emitter.group_started(GroupStart(
+        if self.group_told:
+            return self.history, False
+        self.group_told = True
+        self.history = self.emitter.group_started(GroupStart(
             world_size=self.ctx.world_size, global_step=trainer.state.global_step,
             checkpoint=self.resumed.get(id(trainer)),
-            gradient_accumulation_steps=trainer.args.gradient_accumulation_steps)),)
-        return self._history[0], True
+            gradient_accumulation_steps=trainer.args.gradient_accumulation_steps))
+        return self.history, True
 
     def uncommit(self, trainer):
         """Before HF writes checkpoint-N: one that an earlier run committed under that name loses its manifest

@@ -14,6 +14,7 @@ remote output_dir) or read once for their checksums (a local one), and rank 0 wr
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 
@@ -44,6 +45,12 @@ NEXT_PHASE = {"train_begin": "HF's loop before its first step (the first batch)"
               "step_end": "HF's loop after a step (log, evaluate, save, the next batch)"}
 
 
+@functools.lru_cache(maxsize=None)  # the names are built once per event, not at every step
+def _phases(event: str) -> tuple:
+    """The watchdog's phase while the relay handles `event`, and the one after it, until HF's next event."""
+    return f"on_{event} (the driver's callbacks, control)", NEXT_PHASE.get(event) or f"HF's loop after on_{event}"
+
+
 class Relay(TrainerCallback):
     def __init__(self, host, trainer):
         self.host, self.trainer = host, trainer
@@ -55,7 +62,8 @@ class Relay(TrainerCallback):
         self.watch = current_watchdog()  # the job's hang watchdog (a no-op when off): this relay marks it
 
     def _fire(self, event: str, control, **payload):
-        self.watch.phase(f"on_{event} (the driver's callbacks, control)")
+        during, after = _phases(event)
+        self.watch.phase(during)
         if event in self.relayed:
             decided = self.events.fire(event, **payload)
             for name in CONTROL_FLAGS:
@@ -66,7 +74,7 @@ class Relay(TrainerCallback):
         if event == "train_end":
             self.watch.idle()  # what the script does after train() is not a step: never a stall
         else:  # the relay is HF's last callback: what HF does until the next event is named
-            self.watch.phase(NEXT_PHASE.get(event) or f"HF's loop after on_{event}")
+            self.watch.phase(after)
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
