@@ -40,6 +40,7 @@ from ..verbosity import notice, quiet_driver, worker_level
 from .callbacks import driver_callbacks
 from .dispatch_order import dispatch_order
 from .hosted_handler import HostedHandler
+from .interrupted import stop_if_interrupted
 from .options import HostedOptions, hosted_options, misplaced
 
 
@@ -89,6 +90,7 @@ class HostedTrainer(CallbackMethods):
     def train(self, resume_from_checkpoint=None, **kwargs) -> Any:
         result = self._dispatch("train", (), {"resume_from_checkpoint": resume_from_checkpoint, **kwargs},
                            receive=self._receive_weights)
+        stop_if_interrupted(result, "train() again continues from it")
         if result.runs:
             run_record = result.runs[-1]
             self.state = TrainerState(global_step=run_record["global_step"],

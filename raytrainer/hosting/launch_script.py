@@ -21,6 +21,7 @@ from ..verbosity import notice, quiet_driver, worker_level
 from .callbacks import driver_callbacks
 from .dispatch_order import dispatch_order
 from .hosted_handler import HostedHandler
+from .interrupted import stop_if_interrupted
 from .options import HostedOptions, hosted_options
 
 
@@ -52,6 +53,7 @@ def launch_script(script: str, script_args: Sequence[str], options: HostedOption
     user = holders.PoolUser(owner=f"raytrainer launch {script}")
     result = dispatch_order(HostedScript(path, text, tuple(script_args), os.getcwd()), order, options, callbacks,
                             claims, user)
+    stop_if_interrupted(result, "run the same command to continue")
     for record in result.runs:
         saved = (f"last checkpoint {record['checkpoint']}" if record["checkpoint"] else
                  f"no checkpoint saved (output_dir {record['output_dir']})")

@@ -65,10 +65,10 @@ class HostedOptions(WorkerRange):
 
     def run_spec(self) -> RunSpec:
         """The coordinator's spec of this run. With workers, after connecting to Ray (GPUs: the cluster's). In
-        this process, the GPU is used where CUDA is, as the script would by itself (`decide_use_gpu`). The
-        ranks of a hosted job read no stop request: Ctrl-C abandons the run."""
+        this process, the GPU is used where CUDA is, as the script would by itself (`decide_use_gpu`). Ctrl-C
+        asks the ranks to save at a step and stop, as in the own loop (worker/hosted/stops.py)."""
         use_gpu = decide_use_gpu(self.use_gpu, self.max_workers, in_process_default=True)
-        return RunSpec.of_arguments(self, use_gpu, stops_at_a_step=False)
+        return RunSpec.of_arguments(self, use_gpu)
 
     def to_dict(self) -> dict:
         """The options as plain values, storage_options redacted (the reporters log them as the run's args)."""

@@ -61,6 +61,13 @@ def _install_on_main_thread() -> bool:
     return True
 
 
+def take_sigterm() -> bool:
+    """This worker process's SIGTERM becomes a flag (cleared first: the process may have run earlier jobs);
+    False if the handler could not be installed. A hosted job takes it once, for all its Trainers."""
+    _sigterm.clear()
+    return install_sigterm_handler()
+
+
 def install_sigterm_handler() -> bool:
     """Make SIGTERM a preemption request in this Ray Train worker; False (and a warning) if that fails."""
     import ray
@@ -85,7 +92,9 @@ def _ray_preemption_pending() -> bool:
 
 
 class StopSignals:
-    def __init__(self, ctx, emitter, on_ray: bool, sync: StepSync):
+    def __init__(self, ctx, emitter, on_ray: bool, sync: StepSync, sigterm_taken: bool = False):
+        """`sigterm_taken`: the caller made SIGTERM a flag already (`take_sigterm`), a hosted job for all its
+        training loops; else it is taken here, on Ray."""
         self.ctx = ctx
         self.emitter = emitter
         self.on_ray = on_ray
@@ -95,9 +104,8 @@ class StopSignals:
         self._polled = -math.inf  # when Ray's preemption info and the driver's stop were last asked
         self._words = rank_bits(ctx.world_size)
         self._slot = sync.slot(2 * self._words)  # the preempting ranks' bits, then the interrupting ranks'
-        if on_ray:
-            _sigterm.clear()  # a fresh worker process; cleared for the in-process tests' sake
-            install_sigterm_handler()
+        if on_ray and not sigterm_taken:
+            take_sigterm()
 
     def stage(self) -> None:
         """Every rank, after every step: this rank's request, for the next exchange (its own bit). The Ray calls

@@ -22,6 +22,7 @@ from ...protocol import HostedCall, HostedOrder, HostedResult, HostedScript
 from ..watchdog import watching_job
 from .host import Host, installed
 from .sandbox import sandbox
+from .stops import HostedStop, JobStops
 
 ONE_PROCESS_UNSET = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
 # Python's thread switch interval while a job runs. HF's loop runs in Ray Train's training thread, and Ray's main
@@ -40,23 +41,29 @@ class ScriptExit(RuntimeError):
 def run_hosted(target: Any, order: HostedOrder, ctx, emitter, on_ray: bool = False) -> Optional[HostedResult]:
     """Run the order on this rank; rank 0's `HostedResult` (None on the other ranks). `on_ray`: a stalled rank
     past hang_timeout_s ends its worker (Ray Train restarts the group); in the driver process it only warns."""
-    host = Host(order, ctx, emitter)
-    value = model_state = None
+    stops = JobStops(ctx, emitter, on_ray)  # preemption and Ctrl-C: save at one step first (stops.py)
+    host = Host(order, ctx, emitter, stops)
+    value = model_state = stopped = None
     # The hang watchdog (worker/watchdog.py) is marked by the relay: each step's begin, each event, the loop
     # between steps; a rank stalled in HF's all_gather is named as waiting for a peer.
     with sandbox(), installed(host), switch_interval(JOB_SWITCH_INTERVAL_S), one_process(ctx.world_size), \
-            watching_job(order, ctx.rank, on_ray, emitter):
+            watching_job(order, ctx.rank, on_ray, emitter), stops:
         if ctx.device.type == "cpu":
             # accelerate treats a CPU process as distributed only when told (`accelerate launch --cpu`, or
             # use_cpu=True): without it every rank of a CPU group would train alone, as under torchrun.
             os.environ.setdefault("ACCELERATE_USE_CPU", "true")
-        if isinstance(target, HostedScript):
-            run_script(target)
-        else:
-            trainer = build_trainer(target)
-            value = getattr(trainer, order.method)(*target.call_args, **target.call_kwargs)
-            if order.method == "train" and ctx.is_main:
-                model_state = trained_state(trainer)
+        try:
+            if isinstance(target, HostedScript):
+                run_script(target)
+            else:
+                trainer = build_trainer(target)
+                value = getattr(trainer, order.method)(*target.call_args, **target.call_kwargs)
+                if order.method == "train" and ctx.is_main:
+                    model_state = trained_state(trainer)
+        except HostedStop as stop:  # every rank, its checkpoint committed; the job's code after it does not run
+            stopped = stop
+    if stopped is not None and stopped.reason == "preemption":  # Ray Train restarts the group from it
+        stopped.signals.hand_over(stopped.global_step, stopped.checkpoint)  # does not return
     if not ctx.is_main:
         return None
     return HostedResult(runs=tuple(host.runs), value=value, model_state=model_state)

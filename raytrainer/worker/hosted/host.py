@@ -31,13 +31,15 @@ from ...storage import absolute_if_local, is_local, join, local_path
 from ...storage.retry import Retry
 from ...storage.upload import upload_dir
 from .relay import Relay
+from .stops import HostedStop
 
 URL_ATTRIBUTE = "_raytrainer_output_url"  # set on a hosted Trainer's arguments: its output_dir as given
 
 
 class Host:
-    def __init__(self, order: HostedOrder, ctx, emitter):
+    def __init__(self, order: HostedOrder, ctx, emitter, stops):
         self.order, self.ctx, self.emitter = order, ctx, emitter
+        self.stops = stops  # the job's preemption / Ctrl-C handling (stops.py JobStops)
         self.trainers: List[Any] = []  # built during the job, in order: a Trainer's index is its place here
         self.runs: List[Dict[str, Any]] = []  # one record per train() that ended (HostedResult.runs)
         self.reporters: Dict[int, tuple] = {}  # id(trainer) -> the report_to names it had (they run on the driver)
@@ -134,11 +136,13 @@ class Host:
                 uncommit(url, options)
         self.ctx.barrier()
 
-    def record(self, trainer, relay_checkpoint: Optional[str]):
+    def record(self, trainer, relay_checkpoint: Optional[str], stopped: Optional[str] = None):
+        """`stopped`: "interrupt" or "preemption" when a stop ended this train() at a saved step."""
         state = trainer.state
         self.runs.append({"trainer": _class_name(trainer), "index": self.trainers.index(trainer),
                           "output_dir": self.url_of(trainer), "global_step": state.global_step,
-                          "checkpoint": relay_checkpoint, "log_history": list(state.log_history)})
+                          "checkpoint": relay_checkpoint, "log_history": list(state.log_history),
+                          "stopped": stopped})
 
 
 def _class_name(trainer) -> str:
@@ -167,8 +171,13 @@ def installed(host: Host) -> Iterator[Host]:
 
     def hosted_train(self, resume_from_checkpoint=None, *args, **kwargs):
         resume = host.claim(self, resume_from_checkpoint)
-        output = train(self, resume, *args, **kwargs)
         relay = _relay_of(self)
+        try:
+            with host.stops.training():  # a SIGTERM meanwhile is the relay's to agree on (stops.py)
+                output = train(self, resume, *args, **kwargs)
+        except HostedStop as stop:
+            host.record(self, stop.checkpoint, stopped=stop.reason)
+            raise
         host.record(self, relay.checkpoint if relay is not None else None)
         return output
 

@@ -10,6 +10,10 @@ on the driver are added to HF's own (`should_save` from save_steps stays set; a 
 `on_save` runs after HF wrote `checkpoint-N` on every rank: after a barrier each node's files are uploaded (a
 remote output_dir) or read once for their checksums (a local one), and rank 0 writes the manifest last
 (checkpoint/hf_dirs.py), under the run's lease; only then does the driver hear of the save.
+
+Preemption and Ctrl-C (stops.py): each `on_step_begin` starts one small all-reduce of the ranks' stop flags,
+read at the step's `on_step_end`; once agreed, every rank asks HF to save at that step, and the relay's
+`on_save` ends the loop after the commit.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Relay(TrainerCallback):
         self.relayed = ALWAYS_RELAYED | order.heard
         self.checkpoint = None  # the URL of the last committed checkpoint
         self.watch = current_watchdog()  # the job's hang watchdog (a no-op when off): this relay marks it
+        self.stops = None  # this train()'s stop requests (stops.py LoopStops), from on_train_begin
 
     def _fire(self, event: str, control, **payload):
         during, after = _phases(event)
@@ -78,6 +83,7 @@ class Relay(TrainerCallback):
         return control
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self.stops = self.host.stops.for_loop()
         control = self._fire("train_begin", control, max_steps=state.max_steps,
                              num_train_epochs=state.num_train_epochs, world_size=self.host.ctx.world_size,
                              trainer=type(self.trainer).__name__, output_dir=self.host.url_of(self.trainer))
@@ -106,6 +112,8 @@ class Relay(TrainerCallback):
         return self._fire("epoch_begin", control)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        if self.stops is not None:
+            self.stops.at_step_begin()  # this rank's stop requests, in an all-reduce beside the step
         return self._fire("step_begin", control)
 
     def on_substep_end(self, args, state, control, **kwargs):
@@ -118,7 +126,10 @@ class Relay(TrainerCallback):
         return self._fire("optimizer_step", control)
 
     def on_step_end(self, args, state, control, **kwargs):
-        return self._fire("step_end", control)
+        control = self._fire("step_end", control)
+        if self.stops is not None:
+            self.stops.at_step_end(state, control)  # a stop agreed: every rank saves at this step and stops
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         return self._fire("log", control, logs=dict(logs or {}))
@@ -133,13 +144,19 @@ class Relay(TrainerCallback):
         return self._fire("epoch_end", control)
 
     def on_train_end(self, args, state, control, **kwargs):
+        if self.stops is not None:
+            self.stops.at_train_end(state.global_step, self.checkpoint)
         return self._fire("train_end", control)
 
     def on_save(self, args, state, control, **kwargs):
         url = self._commit(args, state)
         best = state.best_model_checkpoint
         best = self.host.url_for(best) if best else best  # a staging path: named by the output_dir's URL
-        return self._fire("save", control, checkpoint=url, best_model_checkpoint=best, best_metric=state.best_metric)
+        control = self._fire("save", control, checkpoint=url, best_model_checkpoint=best,
+                             best_metric=state.best_metric)
+        if self.stops is not None:
+            self.stops.saved(state.global_step, url)  # the stop's checkpoint: the loop ends here (HostedStop)
+        return control
 
     def _commit(self, args, state) -> str:
         host, ctx = self.host, self.host.ctx

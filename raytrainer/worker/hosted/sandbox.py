@@ -20,14 +20,12 @@ import importlib.abc
 import logging
 import os
 import sys
-import threading
 from typing import Dict, Iterator
 
 import torch
 import torch.distributed as dist
 
 from ...verbosity import verbose
-from ..stopping import sigterm_event
 
 logger = logging.getLogger("raytrainer")
 
@@ -41,11 +39,9 @@ def sandbox() -> Iterator[None]:
     modules = _ModuleSnapshots()
     restore_dist = _guard_process_group()
     restore_bars = _quiet_dataset_bars()
-    watching = _sigterm_ends_the_job()
     try:
         yield
     finally:
-        watching.set()
         restore_bars()
         restore_dist()
         modules.restore()
@@ -82,24 +78,6 @@ def _quiet_dataset_bars():
         return lambda: None
     datasets_logging.disable_progress_bar()
     return datasets_logging.enable_progress_bar
-
-
-def _sigterm_ends_the_job() -> threading.Event:
-    """An earlier job of raytrainer's own loop may have made SIGTERM a flag its loop reads (worker/stopping.py);
-    HF's loop never reads it: while this job runs, a SIGTERM ends the process, as Ray's own handler would (Ray
-    Train restarts the group; the job resumes from its last committed checkpoint). Set the returned event to
-    stop watching."""
-    done, flag = threading.Event(), sigterm_event()
-    flag.clear()
-
-    def watch():
-        while not done.is_set():
-            if flag.wait(0.5):
-                logger.warning("SIGTERM: this worker exits; the run restarts from its last committed checkpoint")
-                os._exit(143)
-
-    threading.Thread(target=watch, name="raytrainer-hosted-sigterm", daemon=True).start()
-    return done
 
 
 def _guard_process_group():

@@ -1,0 +1,139 @@
+"""Preemption and Ctrl-C in a hosted job: every rank saves at one step of HF's loop, the checkpoint commits,
+then the worker group hands over to Ray Train (a preemption: the job resumes from that checkpoint) or the job
+ends (Ctrl-C: the driver says which checkpoint holds the run, and the same command continues).
+
+The parts are the own loop's (worker/stopping.py: the SIGTERM flag, Ray Train's preemption info, the driver's
+Ctrl-C, the hand-over; worker/step_sync.py: the exchange), placed in HF's loop by the relay:
+
+    on_step_begin(s) stage this rank's flags (SIGTERM, Ray's preemption info, rank 0: the driver's Ctrl-C)
+                     and start the exchange: it runs beside the step's forward and backward
+    on_step_end(s)   read it (done by then: no host wait for the step's work); agreed and s < max_steps:
+                     should_save and should_training_stop on every rank
+    HF saves at s    _save_checkpoint, then the relay's on_save commits it (barrier, manifest) and, for the
+                     agreed stop, raises `HostedStop` on every rank: HF's loop and the script unwind (the
+                     script's code after train() does not run: the training did not finish)
+    run_hosted       a preemption hands over to Ray Train (`StopSignals.hand_over`, counted against
+                     max_preemptions); Ctrl-C returns rank 0's runs, the stopped one marked
+
+So a stop raised during step s - 1 (or at its end: a SIGTERM reaches the flag once Ray's main thread next
+gets the GIL) saves at step s, or at s + 1 when it came in after step s began: the step in progress is not
+lost.
+
+Outside a training loop (the script's top, an evaluate(), after train()) no step can be agreed on: a SIGTERM
+there ends the worker (a failure; the job resumes from its last committed checkpoint), and a Ctrl-C waits for
+the next training loop of the job, if any.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Iterator, Optional
+
+from ..step_sync import StepSync
+from ..stopping import StopSignals, sigterm_event, take_sigterm
+
+logger = logging.getLogger("raytrainer")
+
+
+class HostedStop(BaseException):
+    """Raised on every rank once the stop's checkpoint committed. A BaseException, as KeyboardInterrupt is: a
+    script's `except Exception` around train() does not swallow it."""
+
+    def __init__(self, signals: StopSignals, global_step: int, checkpoint: Optional[str]):
+        super().__init__(f"{signals.describe()}: stopped at step {global_step}, checkpoint {checkpoint}")
+        self.signals, self.global_step, self.checkpoint = signals, global_step, checkpoint
+
+    @property
+    def reason(self) -> str:
+        return self.signals.reason
+
+
+class JobStops:
+    """One per hosted job on each rank: on Ray, SIGTERM becomes a flag for the job's training loops, and a
+    watcher ends the worker on one that comes while no loop runs (nothing could save it at a step)."""
+
+    def __init__(self, ctx, emitter, on_ray: bool):
+        self.ctx, self.emitter, self.on_ray = ctx, emitter, on_ray
+        self.loops = 0  # training loops running (a Trainer's train()): they read the flag
+        self.stopping = False  # a stop was agreed and is being carried out: the flag is handled
+        self._done = threading.Event()
+
+    def __enter__(self) -> "JobStops":
+        self.taken = self.on_ray and take_sigterm()
+        if self.taken:
+            threading.Thread(target=self._watch, name="raytrainer-hosted-sigterm", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._done.set()
+        return False
+
+    @contextlib.contextmanager
+    def training(self) -> Iterator[None]:
+        """While a Trainer's train() runs: its relay reads the SIGTERM flag at each step."""
+        self.loops += 1
+        try:
+            yield
+        finally:
+            self.loops -= 1
+
+    def for_loop(self) -> "LoopStops":
+        """What one training loop's relay uses (a fresh exchange and stop watch for each train())."""
+        return LoopStops(self)
+
+    def _watch(self):
+        flag = sigterm_event()
+        while not self._done.is_set():
+            if flag.wait(0.5) and not self._done.is_set() and not self.loops and not self.stopping:
+                logger.warning("SIGTERM outside a training loop (no step to save at): this worker exits; the run "
+                               "restarts from its last committed checkpoint")
+                os._exit(143)
+
+
+class LoopStops:
+    """The stop requests of one HF training loop, read and agreed at its step ends (see the module's doc)."""
+
+    def __init__(self, job: JobStops):
+        self.job = job
+        self.sync = StepSync(job.ctx)  # its one slot: the stop flags
+        self.signals = StopSignals(job.ctx, job.emitter, job.on_ray, self.sync, sigterm_taken=True)
+        self.in_flight = False  # an exchange started at this step's begin, not read yet
+        self.stop_step: Optional[int] = None  # the step every rank saves at and stops after
+
+    def at_step_begin(self) -> None:
+        """Every rank, at each on_step_begin: this rank's requests sent (one exchange in flight at a time)."""
+        if not self.in_flight and self.stop_step is None:
+            self.signals.stage()
+            self.sync.start()
+            self.in_flight = True
+
+    def at_step_end(self, state, control) -> None:
+        """Every rank, at each on_step_end: the step's exchange read; a stop agreed asks HF to save now and
+        stop (at the last step the run ends anyway: nothing to do)."""
+        if not self.in_flight:
+            return
+        self.in_flight = False
+        if self.signals.agreed() is not None and state.global_step < state.max_steps:
+            self.stop_step = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+
+    def saved(self, global_step: int, checkpoint: str) -> None:
+        """After a checkpoint committed (on_save): the stop's checkpoint ends the loop on every rank."""
+        if self.stop_step == global_step:
+            self._stop(global_step, checkpoint)
+
+    def at_train_end(self, global_step: int, last_checkpoint: Optional[str]) -> None:
+        """The loop ended: the exchange in flight waited for (the process group outlives the Trainer). A stop
+        agreed whose save HF did not make (save_strategy="best" without a new best) stops here, from the last
+        committed checkpoint."""
+        self.sync.complete()
+        if self.stop_step is not None:
+            self._stop(global_step, last_checkpoint)
+
+    def _stop(self, global_step: int, checkpoint: Optional[str]):
+        self.job.stopping = True
+        raise HostedStop(self.signals, global_step, checkpoint)
