@@ -1,0 +1,103 @@
+"""Preemption and Ctrl-C in the hosted mode, on the session's Ray: an unmodified transformers script
+(stops_script.py: dropout on, a constant learning rate, no periodic checkpoint before its last step) on 2
+workers. Every rank saves at the step after the request, the checkpoint commits, then the run continues (a
+SIGTERM to a worker: a preemption, with no failure allowed) or stops (Ctrl-C: `raytrainer launch` says which
+checkpoint holds the run and exits with 130; the same command continues). Both end with the weights of the
+uninterrupted run. The drivers run in this process, on the pool's warm group (a subprocess driver would start
+a group of its own); SIGINT goes to this process, where the driver's handler is."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import raytrainer
+from raytrainer.checkpoint.listing import list_checkpoints
+from raytrainer.cli.commands import main as raytrainer_main
+from tests.hosted.test_launch_on_ray import assert_same_run
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stops_script.py")
+STEPS = 10
+AT = 4  # the step at whose end the stop is asked for
+# Every rank saves at AT + 1 when the request is seen at once, at AT + 2 when it comes in during AT's end (the
+# flag raised in Ray's main thread once it next gets the GIL, after the relay read it): never a step before AT.
+SAVED_AT = (AT + 1, AT + 2)
+
+
+def script_args(output_dir: str, results: str, *extra: str) -> list:
+    return ["--output_dir", output_dir, "--results", results, "--max_steps", str(STEPS), *extra]
+
+
+def committed(output_dir: str) -> list:
+    return [(os.path.basename(i.url), i.committed) for i in list_checkpoints(output_dir)]
+
+
+def stop_step(output_dir: str) -> int:
+    """The step of the run's first checkpoint: the stop's (no periodic one comes before the last step)."""
+    first = list_checkpoints(output_dir)[0]
+    assert first.committed, first
+    return int(first.url.rsplit("-", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, ray_session):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    result = raytrainer.launch(SCRIPT, script_args(str(root / "run"), str(root / "results")), num_workers=2,
+                               disable_tqdm=True)
+    assert [r["global_step"] for r in result.runs] == [STEPS]
+    return str(root / "results")
+
+
+def test_a_sigterm_to_a_worker_saves_at_the_next_step_and_the_run_goes_on_as_a_preemption(reference, tmp_path,
+                                                                                          capfd):
+    """Rank 1 sends itself SIGTERM at step 4's end with max_failures=0: both ranks save at step 5 or 6, Ray Train
+    restarts the group counting a preemption, and the script's Trainer resumes from that checkpoint."""
+    output_dir, results = str(tmp_path / "run"), str(tmp_path / "results")
+    result = raytrainer.launch(SCRIPT, script_args(output_dir, results, "--sigterm_at", str(AT), "--marker",
+                                                   str(tmp_path / "sigterm")),
+                               num_workers=2, disable_tqdm=True, max_failures=0, max_preemptions=1)
+    assert os.path.exists(tmp_path / "sigterm") and result.runs[-1]["global_step"] == STEPS
+    saved = stop_step(output_dir)
+    assert saved in SAVED_AT and committed(output_dir) == [(f"checkpoint-{saved}", True),
+                                                           (f"checkpoint-{STEPS}", True)]
+    out = capfd.readouterr().out
+    assert f"checkpoint of step {saved} committed" in out and "Ray Train restarts the worker group" in out, out
+    with open(os.path.join(output_dir, f"checkpoint-{STEPS}", "trainer_state.json")) as f:
+        restarts = json.load(f)["stateful_callbacks"]["raytrainer"]["restarts"]
+    assert [(r["reason"], r["global_step"], os.path.basename(r["checkpoint"])) for r in restarts] == [
+        ("preemption", saved, f"checkpoint-{saved}")]
+    assert_same_run(results, reference)
+
+
+def test_ctrl_c_on_launch_saves_at_the_next_step_exits_130_and_the_same_command_continues(reference, tmp_path,
+                                                                                          capfd):
+    """`raytrainer launch` (its entry point, in this process) gets SIGINT while rank 0 pauses at step 4's end:
+    both ranks save at the next step, the command prints the line naming the checkpoint and returns 130. The
+    same command again resumes there and ends with the uninterrupted weights."""
+    output_dir, results, marker = str(tmp_path / "run"), str(tmp_path / "results"), tmp_path / "paused"
+    command = ["launch", "--num_workers", "2", "--disable_tqdm", SCRIPT,
+               *script_args(output_dir, results, "--pause_at", str(AT), "--pause_s", "3", "--marker", str(marker))]
+
+    def ctrl_c_at_the_pause():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if marker.exists():  # else the run failed before the pause: the assertions below say how
+            os.kill(os.getpid(), signal.SIGINT)  # the driver's handler (coordinator/pump.py) takes it
+
+    threading.Thread(target=ctrl_c_at_the_pause, daemon=True).start()
+    assert raytrainer_main(command) == 130
+    out = capfd.readouterr().out
+    saved = stop_step(output_dir)
+    assert saved in SAVED_AT and committed(output_dir) == [(f"checkpoint-{saved}", True)]
+    assert f"interrupted: saved checkpoint-{saved} (in {output_dir}); run the same command to continue" in out, out
+    assert not os.path.exists(results)  # the script's code after train() did not run
+
+    assert raytrainer_main(command) == 0
+    assert committed(output_dir) == [(f"checkpoint-{saved}", True), (f"checkpoint-{STEPS}", True)]
+    assert_same_run(results, reference)

@@ -1,0 +1,54 @@
+"""The hosted loop's stop protocol (raytrainer/worker/hosted/stops.py) without Ray: a request another rank sends
+during a step is agreed at that step's end, HF is asked to save and stop there, and the loop ends once that
+step's checkpoint is committed; at the last step nothing changes. The fake context of
+tests/worker/test_step_sync.py stands for the other rank."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from transformers import TrainerControl
+
+from raytrainer.worker.hosted.stops import HostedStop, JobStops
+from tests.worker.test_step_sync import FakeCtx, FakeEmitter
+
+PREEMPT_RANK_1 = [0b10, 0]  # rank 1's bit in the preempting ranks' word, none in the interrupting ranks'
+
+
+def step(stops, global_step, max_steps=10):
+    """One HF step's two events on this rank; the control HF would act on after on_step_end."""
+    control = TrainerControl()
+    stops.at_step_begin()
+    stops.at_step_end(types.SimpleNamespace(global_step=global_step, max_steps=max_steps), control)
+    return control
+
+
+def test_a_preemption_sent_by_another_rank_saves_at_that_step_and_ends_the_loop_after_its_commit():
+    ctx = FakeCtx(rank=0, world_size=2)
+    job = JobStops(ctx, FakeEmitter(), on_ray=False)
+    stops = job.for_loop()
+    assert not step(stops, 1).should_save
+    ctx.others = [PREEMPT_RANK_1]  # rank 1 got SIGTERM during step 2
+    control = step(stops, 2)
+    assert control.should_save and control.should_training_stop
+    stops.saved(1, "out/checkpoint-1")  # another step's save (none here): not the stop's
+    with pytest.raises(HostedStop) as stopped:
+        stops.saved(2, "out/checkpoint-2")
+    assert (stopped.value.reason, stopped.value.global_step, stopped.value.checkpoint) == (
+        "preemption", 2, "out/checkpoint-2")
+    assert stops.signals.ranks == [1] and job.stopping  # the SIGTERM watcher leaves the flag to the hand-over
+
+
+def test_a_stop_agreed_at_the_last_step_changes_nothing_and_one_whose_save_never_came_ends_at_train_end():
+    ctx = FakeCtx(rank=0, world_size=2, others=[PREEMPT_RANK_1])
+    stops = JobStops(ctx, FakeEmitter(), on_ray=False).for_loop()
+    control = step(stops, 10, max_steps=10)
+    assert not (control.should_save or control.should_training_stop)
+    stops.at_train_end(10, "out/checkpoint-10")  # the run finished
+
+    stops = JobStops(ctx, FakeEmitter(), on_ray=False).for_loop()
+    assert step(stops, 3).should_save
+    with pytest.raises(HostedStop) as stopped:  # HF saved nothing at step 3 (save_strategy="best", say)
+        stops.at_train_end(3, "out/checkpoint-1")
+    assert stopped.value.checkpoint == "out/checkpoint-1"
