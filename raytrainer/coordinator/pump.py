@@ -184,11 +184,9 @@ class _first_ctrl_c_stops:
         return self
 
     def _on_sigint(self, signum, frame):
-        if not self.graceful:
+        if not self.graceful or self.pressed:
             print("[raytrainer] interrupted: the run is abandoned; its last committed checkpoint stays, and the "
                   "same command (or call) again resumes from it", flush=True)
-            raise KeyboardInterrupt
-        if self.pressed:
             raise KeyboardInterrupt
         self.pressed = True
 

@@ -25,7 +25,8 @@ class RunSpec(WorkerRange):
     `worker_idle_timeout_s`: an idle group's life; `ddp_timeout`: the process group's collective timeout (s);
     `ray_address`: the cluster to join; `run_name`: names the groups; `storage_options`: fsspec's, for the run's
     URLs; `ray_train_log_level`: Ray Train's logging (DEBUG when verbose); `stops_at_a_step`: Ctrl-C asks
-    every rank to save at a step and stop (False: the ranks read no stop request, and Ctrl-C abandons the run). The defaults are `TrainingArguments`' (tests/coordinator/test_spec.py)."""
+    every rank to save at a step and stop (False: the ranks read no stop request, and Ctrl-C abandons the
+    run). The defaults are `TrainingArguments`' (tests/coordinator/test_spec.py)."""
     num_workers: Workers
     use_gpu: bool
     resources_per_worker: Optional[Dict[str, float]] = None

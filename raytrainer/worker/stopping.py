@@ -16,6 +16,9 @@ at that step, and:
 - interrupt (Ctrl-C on the driver, relayed by the event sink): the run ends as if a callback stopped it, and
   `train()` raises KeyboardInterrupt; `train(resume_from_checkpoint=True)` continues.
 
+The hosted mode uses the same parts inside HF's loop (worker/hosted/stops.py): its relay stages and exchanges
+the flags around each HF step, and a job takes SIGTERM once for all its Trainers (`take_sigterm`).
+
 Ray's worker process installs its own SIGTERM handler (exit at once). Signal handlers can only be set from
 a process's main thread, and the training function runs in another thread, so ours is installed by a
 task on this worker's own actor (its tasks run on the main thread).

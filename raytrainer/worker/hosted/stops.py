@@ -86,8 +86,8 @@ class JobStops:
 
     def _watch(self):
         flag = sigterm_event()
-        while not self._done.is_set():
-            if flag.wait(0.5) and not self._done.is_set() and not self.loops and not self.stopping:
+        while not self._done.wait(0.5):  # a poll, not flag.wait(): a set flag a loop owns must not spin here
+            if flag.is_set() and not self.loops and not self.stopping:
                 logger.warning("SIGTERM outside a training loop (no step to save at): this worker exits; the run "
                                "restarts from its last committed checkpoint")
                 os._exit(143)
