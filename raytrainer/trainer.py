@@ -198,6 +198,18 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         self.callback_handler.handle({"kind": "predict", "metrics": output.metrics})
         return output
 
+    def hyperparameter_search(self, hp_space: Optional[Callable[[Any], Dict[str, Any]]] = None,
+                              compute_objective: Optional[Callable[[Dict[str, float]], float]] = None,
+                              n_trials: int = 20, direction: str = "minimize", backend=None,
+                              hp_name: Optional[Callable[[Any], str]] = None, **kwargs):
+        """transformers' hyperparameter search on Ray Tune, each trial a raytrainer run on its own worker group in
+        output_dir/run-<trial id>; `**kwargs` go to Tune as transformers passes them to `tune.run`. Returns
+        transformers' `BestRun(run_id, objective, hyperparameters, run_summary)` (docs/tune.md, tune/search.py)."""
+        from .tune.search import hyperparameter_search
+
+        return hyperparameter_search(self, hp_space, compute_objective, n_trials, direction, backend, hp_name,
+                                     **kwargs)
+
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
         """Save the model (its save_pretrained format, else model.safetensors) to a local path or URL. With
         args.push_to_hub, output_dir then goes to the Hub, as in transformers (hub/push.py)."""

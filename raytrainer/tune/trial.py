@@ -1,0 +1,144 @@
+"""One trial: a raytrainer run with the trial's hyperparameters, inside a Ray Tune function trainable.
+
+`run_trial` is the trainable. It runs in Tune's trial actor, a thin driver for the run: it builds the trial's
+Trainer from the user's (`TrialRecipe`: the Trainer pickled without its callbacks, pool and model, as every
+worker receives it), with the hyperparameters set on a copy of the `TrainingArguments` and
+`output_dir/run-<trial id>` as the run's output_dir, and calls `train()`, which places the trial's own worker
+group (`num_workers` workers, DDP or FSDP as the arguments say) and commits its checkpoints there. Tune keeps
+no copy of them: its folder holds the trial's results only.
+
+The actor is reused from trial to trial (`reuse_actors=True`): the worker group the last trial ran on stays in
+the actor's pool (coordinator/holders.py), and the next trial of the same shape takes it warm.
+
+A trial whose run folder already holds a committed checkpoint resumes from it (Tune restarts an unfinished
+trial after its driver died; the trial continues where its run left off, principle 3).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+from .. import storage
+from ..callbacks.base import CallbackHandler
+from ..callbacks.progress import PrinterCallback, ProgressCallback
+from ..callbacks.reporters import reporter_callbacks
+from ..checkpoint.listing import newest_committed
+from ..coordinator import holders
+from ..errors import ConfigError
+from ..state import TrainerState
+from .report import TuneReport
+
+# Tune waits this long (s) for a reused actor's last trial to end before giving the actor to the next one
+# (`FunctionTrainable.reset_config`; Ray's default is 2 s). A trial that Tune stopped is still ending then:
+# its workers stop at the evaluation's step and the run returns. Cut at 2 s, Tune would kill the actor and its
+# warm worker group with it.
+THREAD_TIMEOUT_ENV = "TUNE_FUNCTION_THREAD_TIMEOUT_S"
+THREAD_TIMEOUT_S = "300"
+
+
+@dataclasses.dataclass
+class TrialRecipe:
+    """What every trial is built from, put into the object store once (`tune.with_parameters`)."""
+
+    trainer: Any  # the user's Trainer as the workers get it: no callback handler, pool or model
+    callbacks: List[Any]  # the user's driver callbacks (not the progress bar, not the reporters: rebuilt per trial)
+    compute_objective: Callable[[Dict[str, float]], float]
+    hp_name: Optional[Callable[[Dict[str, Any]], str]]
+    output_dir: str  # the sweep's: each trial's run is a folder in it
+
+
+def run_name(recipe: TrialRecipe, config: Dict[str, Any], trial_id: str) -> str:
+    """transformers' name of a trial's folder: `hp_name(trial)`, else `run-<trial id>`."""
+    return recipe.hp_name(config) if recipe.hp_name is not None else f"run-{trial_id}"
+
+
+def trial_arguments(args, config: Dict[str, Any], run_dir: str):
+    """A copy of the arguments with the trial's values, each cast to the type of the field's value as
+    transformers casts it (tune.uniform(1, 40) for `seed` gives an int seed), checked as any arguments are
+    (TrainingArguments' __post_init__). Keys that name no argument are the model_init's (left out here)."""
+    fields = {f.name for f in dataclasses.fields(args) if f.init}
+    values = {}
+    for key, value in config.items():
+        if key not in fields:
+            continue
+        old = getattr(args, key, None)
+        if isinstance(old, (bool, int, float, str)) and not isinstance(value, type(old)):
+            value = type(old)(value)
+        values[key] = value
+    logging_dir = args.logging_dir
+    if logging_dir and logging_dir.startswith(storage.join(args.output_dir, "")):
+        logging_dir = None  # the default, under output_dir: derived again under the trial's run folder
+    # The trial process shows no progress bar and no start-up line: the sweep's table is the one display.
+    return dataclasses.replace(args, **values, output_dir=run_dir, logging_dir=logging_dir, disable_tqdm=True)
+
+
+class ModelInitWithTrial:
+    """model_init(trial) as transformers calls it (`call_model_init`): the trial's hyperparameters as its one
+    argument. The workers call `model_init()`; this carries the trial's values to them."""
+
+    def __init__(self, model_init: Callable, config: Dict[str, Any]):
+        self.model_init = model_init
+        self.config = dict(config)
+
+    def __call__(self):
+        return self.model_init(self.config)
+
+
+def takes_trial(model_init: Callable) -> bool:
+    """Whether model_init takes the trial (one parameter), as transformers counts them; more is an error."""
+    count = len(inspect.signature(model_init).parameters)
+    if count > 1:
+        raise ConfigError("model_init should have 0 or 1 argument (the trial's hyperparameters).")
+    return count == 1
+
+
+def trial_trainer(recipe: TrialRecipe, config: Dict[str, Any], run_dir: str, report: TuneReport):
+    """The user's Trainer for one trial: its class (a subclass's hooks run on the workers), its datasets and
+    functions, the trial's arguments, and callbacks of its own."""
+    trainer = copy.copy(recipe.trainer)
+    trainer.args = trial_arguments(recipe.trainer.args, config, run_dir)
+    if takes_trial(trainer.model_init):
+        trainer.model_init = ModelInitWithTrial(trainer.model_init, config)
+    trainer.model = trainer.model_wrapped = None  # built from model_init on the workers (and here, at the end)
+    trainer.state = TrainerState()
+    trainer.callback_handler = CallbackHandler([], trainer.args, trainer.state)
+    for callback in [*recipe.callbacks, *reporter_callbacks(trainer.args), report]:
+        trainer.add_callback(copy.deepcopy(callback) if callback is not report else callback)
+    trainer.callback_handler.context = {"model": None, "processing_class": trainer.processing_class}
+    trainer._pool_user = holders.PoolUser(owner=f"the trial in {run_dir}")
+    return trainer
+
+
+def user_callbacks(trainer) -> List[Any]:
+    """The Trainer's driver callbacks that each trial gets a copy of: all but the progress display (one table
+    for the sweep) and the reporters (rebuilt from each trial's arguments, writing under its run folder)."""
+    reporters = tuple(type(r) for r in reporter_callbacks(trainer.args))
+    return [c for c in trainer.callback_handler.callbacks
+            if not isinstance(c, (ProgressCallback, PrinterCallback) + reporters)]
+
+
+def run_trial(config: Dict[str, Any], recipe: TrialRecipe):
+    """The Tune trainable: one raytrainer run for this trial, its evaluations reported to Tune."""
+    from ray import tune
+
+    os.environ.setdefault(THREAD_TIMEOUT_ENV, THREAD_TIMEOUT_S)  # read by this actor's next reset_config
+    trial_id = tune.get_context().get_trial_id()
+    run_dir = storage.join(recipe.output_dir, run_name(recipe, config, trial_id))
+    report = TuneReport(recipe.compute_objective)
+    trainer = trial_trainer(recipe, config, run_dir, report)
+    # Tune restarts a trial that had not finished when the sweep's driver died: its run resumes from its
+    # newest committed checkpoint (none: it starts over, as it never saved).
+    resume = newest_committed(run_dir, trainer.args.storage_options) is not None
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    if report.stopped:
+        # Tune's session took its stop (a SystemExit in tune.report, caught there to stop the run at one step):
+        # end the trial's thread as that SystemExit would have. Returning instead, Tune's wrapper would report
+        # once more into the closed session and wait there forever, and Tune's reuse of this actor with it.
+        raise SystemExit(0)
+    if report.reported == 0:  # no evaluation during training: one at the end, as transformers' Ray backend
+        trainer.evaluate()
+
