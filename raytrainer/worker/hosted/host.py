@@ -66,7 +66,14 @@ class Host:
 
     def stage(self, args):
         """Before HF's __init__ reads them: a remote output_dir is written into this node's staging folder."""
-        if args is None or getattr(args, URL_ATTRIBUTE, None) is not None:
+        if args is None:
+            return
+        if getattr(args, "enable_jit_checkpoint", False):
+            # What it asks for, a save on SIGTERM, the job does at a step every rank agrees on (stops.py). HF's
+            # own would set a SIGTERM handler from this thread (refused off the main thread: the Trainer could
+            # not be built) and save on the one rank that got the signal.
+            args.enable_jit_checkpoint = False
+        if getattr(args, URL_ATTRIBUTE, None) is not None:
             return
         url = self.url_for(args.output_dir)  # a copy of staged arguments (dataclasses.replace) keeps its URL
         setattr(args, URL_ATTRIBUTE, url)

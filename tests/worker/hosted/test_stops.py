@@ -5,6 +5,7 @@ tests/worker/test_step_sync.py stands for the other rank."""
 
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
@@ -52,3 +53,23 @@ def test_a_stop_agreed_at_the_last_step_changes_nothing_and_one_whose_save_never
     with pytest.raises(HostedStop) as stopped:  # HF saved nothing at step 3 (save_strategy="best", say)
         stops.at_train_end(3, "out/checkpoint-1")
     assert stopped.value.checkpoint == "out/checkpoint-1"
+
+
+def test_hfs_jit_checkpoint_is_left_to_the_hosted_stop_so_a_trainer_builds_off_the_main_thread(tmp_path):
+    """enable_jit_checkpoint=True: HF's Trainer sets a SIGTERM handler, which Python refuses outside the main
+    thread, where a hosted job runs (Ray Train's training thread). The hosted job saves on SIGTERM itself."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    from raytrainer.worker.hosted.host import Host
+
+    host = Host(types.SimpleNamespace(), FakeCtx(), FakeEmitter(), stops=None)
+    args = TrainingArguments(str(tmp_path), enable_jit_checkpoint=True, report_to="none", use_cpu=True)
+    host.stage(args)
+    assert args.enable_jit_checkpoint is False
+    built = []
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    thread = threading.Thread(target=lambda: built.append(Trainer(model=model, args=args)))
+    thread.start()
+    thread.join()
+    assert built
