@@ -9,7 +9,8 @@ included, gets them through its own `super()` calls; restored when the job ends)
   progress and runs the reporters, from the relayed events); the `Relay` callback is added.
 - `train`: rank 0 claims the output_dir from the driver (`HostedClaim`: the driver takes its lease and
   chooses the checkpoint to resume from, hosting/hosted_handler.py); every rank gets the answer, each node fetches
-  that checkpoint into its staging directory, and HF's own `train(resume_from_checkpoint=...)` continues.
+  that checkpoint into its staging directory, and HF's own `train(resume_from_checkpoint=...)` continues;
+  while it runs, a SIGTERM is the relay's to agree on a step for (stops.py);
 - `save_model`: a URL, or the run's own output_dir, is written to staging and uploaded by the process that
   saves (HF's `should_save`);
 - `_save_checkpoint`: a checkpoint of the same step that an earlier run committed is un-committed first.
