@@ -260,6 +260,15 @@ class HostedClaimReply:
 STOPPED = (None, "interrupt", "preemption")
 
 
+@dataclass
+class SharedState:
+    """A state dict in the object store (`transfer.put_state`): `ref` holds {"arrays": [...], "entries": {name:
+    entry}}. Here, not in transfer.py: a result that carries it passes through the event sink, whose process then
+    unpickles this class, and transfer.py imports torch (1-2 CPU seconds in every sink's start)."""
+    ref: Any
+    nbytes: int
+
+
 @dataclass(frozen=True, slots=True)
 class TrainResult:
     """Rank 0's result of a train job. `state`: trainer_state.json's text; `model_state`: the trained weights,

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
+from .protocol import SharedState  # defined beside the results that carry it: the event sink reads it without torch
 
 # Tensors and buffers below this size stay inside the pickle: one object-store entry each would cost
 # more than the bytes. Module tensors go out whatever their size, so the pickle never grows with the model.
@@ -240,13 +241,6 @@ def unpack(payload: bytes, data: Dict[str, list]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ trained weights
-@dataclass
-class SharedState:
-    """A state dict in the object store: `ref` holds {"arrays": [...], "entries": {name: entry}}."""
-    ref: Any
-    nbytes: int
-
-
 def put_state(state: Dict[str, Any]) -> SharedState:
     """Put a state dict into the object store once (tied tensors once). The caller owns the object: it must
     live until the reader has fetched it."""

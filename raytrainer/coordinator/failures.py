@@ -7,6 +7,8 @@ first: `worker/stopping.py`).
 
 from __future__ import annotations
 
+import pickle
+
 from ray.train import UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
@@ -69,8 +71,9 @@ class ControllerRecorder(ControllerCallback):
 
         # Not waited for: the controller would hold the worker group's start until the sink actor is up (its
         # process and imports: "sink start" in startup.py). The handle is there long before a job could be
-        # abandoned.
-        self.sink.set_controller.remote(ray.get_runtime_context().current_actor)
+        # abandoned. Pickled here: the sink only keeps it for the driver, and an actor handle Ray deserializes
+        # loads its class, Ray Train's controller module (2-3 CPU seconds in every sink's start).
+        self.sink.set_controller.remote(pickle.dumps(ray.get_runtime_context().current_actor))
 
 
 class ResizeRecorder(ControllerCallback):

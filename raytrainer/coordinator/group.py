@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import pickle
 import threading
 import uuid
 from dataclasses import dataclass
@@ -143,8 +144,8 @@ class WorkerGroup:
             self.error = exc
             if not self.closing:
                 return  # the driver may still read the job's last events from the sink
-        # The board closed (close(), idle timeout): every worker has returned. Ray Train's controller actor
-        # would go once no handle is left (the sink holds one): kill both, so no actor of the group is left.
+        # The board closed (close(), idle timeout): every worker has returned. Ray Train's controller actor may
+        # outlive fit() (the sink holds its handle, pickled): kill both, so no actor of the group is left.
         self.closing = True
         self._abort()
         self._kill_sink()
@@ -236,11 +237,18 @@ class WorkerGroup:
             return
         try:
             if self._controller is None:
-                self._controller = ray.get(self.sink.controller.remote(), timeout=10)
+                self._controller = self.controller()
             if self._controller is not None:
                 ray.kill(self._controller)  # its workers and their placement group go with it
         except Exception:  # noqa: BLE001 (a dead sink or controller: nothing left to stop)
             pass
+
+    def controller(self):
+        """Ray Train's controller actor of this group, once it has started (None before)."""
+        import ray
+
+        pickled = ray.get(self.sink.controller.remote(), timeout=10)
+        return pickle.loads(pickled) if pickled is not None else None
 
     def _kill_sink(self):
         import ray

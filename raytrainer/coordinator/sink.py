@@ -85,11 +85,11 @@ class EventSink:
             job = dataclasses.replace(job, taken_at=time.time())
         return job
 
-    async def set_controller(self, controller) -> bool:
-        self._controller = controller
+    async def set_controller(self, pickled: bytes) -> bool:
+        self._controller = pickled  # Ray Train's controller actor handle, pickled (failures.ControllerRecorder)
         return True
 
-    async def controller(self):
+    async def controller(self) -> Optional[bytes]:
         return self._controller
 
     # ------------------------------------------------------------------ events and control

@@ -99,10 +99,8 @@ class ActorsOf:
     groups of the pool live on."""
 
     def __init__(self, group):
-        import ray
-
         self.sink = group.sink._actor_id.hex()
-        self.controller = ray.get(group.sink.controller.remote(), timeout=10)._actor_id.hex()
+        self.controller = group.controller()._actor_id.hex()
 
     def __call__(self) -> list:
         return [name for name in self.every_class() if name in OURS]
