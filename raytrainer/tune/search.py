@@ -10,6 +10,7 @@ unfinished ones resume from their committed checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, Callable, Dict, Optional, Union
@@ -23,6 +24,7 @@ from .report import OBJECTIVE
 from .trial import TrialRecipe, run_trial, takes_trial, trial_arguments, user_callbacks
 
 BACKENDS = ("ray", "optuna")
+CHECKPOINT_PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # read by Tune's controller when fit() starts
 NO_MODEL_INIT = "To use hyperparameter search, you need to pass your model through a model_init function."  # HF's
 
 
@@ -60,12 +62,29 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
                          output_dir=trainer.args.output_dir)
     trainable = tune.with_resources(tune.with_parameters(run_trial, recipe=recipe), opts.resources)
     tuner = make_tuner(trainable, space, opts, trainer.args)
-    grid = tuner.fit()
+    with state_saved_often():
+        grid = tuner.fit()
     if opts.raise_on_failed_trial and grid.errors:
         raise RuntimeError(f"{len(grid.errors)} trial(s) of the sweep failed; the first: {grid.errors[0]!r}. The "
                            "same call again retries them (resume_errored), keeping the finished ones.")
     best = grid.get_best_result(metric=OBJECTIVE, mode=direction[:3], scope=os.environ.get("RAY_SCOPE", "last"))
     return BestRun(best.metrics["trial_id"], best.metrics[OBJECTIVE], best.config, grid)
+
+
+@contextlib.contextmanager
+def state_saved_often():
+    """Tune saves the sweep's state (which trial finished, which runs) at most every few seconds by default
+    ("auto"); a driver that dies between two saves would run again a trial that had finished. The trials here
+    last seconds to hours and the state is a small JSON: saved after each step of Tune's loop (a value the
+    user set in TUNE_GLOBAL_CHECKPOINT_S is kept)."""
+    if CHECKPOINT_PERIOD_ENV in os.environ:
+        yield
+        return
+    os.environ[CHECKPOINT_PERIOD_ENV] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(CHECKPOINT_PERIOD_ENV, None)
 
 
 def choose_backend(backend) -> str:

@@ -1,0 +1,73 @@
+"""transformers' **kwargs for Ray sorted into Tune's configs, without Ray running (Tune's classes only)."""
+
+import pytest
+from ray.tune import FailureConfig
+from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBasedTraining
+
+from raytrainer import TrainingArguments
+from raytrainer.errors import ConfigError
+from raytrainer.tune.options import DEFAULT_NAME, TRIAL_ACTOR, check_evaluates, split_kwargs
+
+
+def test_n_trials_is_num_samples_and_the_defaults():
+    opts = split_kwargs({}, n_trials=6, direction="minimize")
+    assert opts.tune_config == {"num_samples": 6, "reuse_actors": True, "metric": "objective", "mode": "min"}
+    assert opts.run_config == {"name": DEFAULT_NAME}
+    assert opts.resources == TRIAL_ACTOR and opts.resume is None and opts.raise_on_failed_trial
+
+
+def test_a_scheduler_without_metric_gets_the_objective_and_the_direction():
+    scheduler = ASHAScheduler(max_t=4)
+    opts = split_kwargs({"scheduler": scheduler, "max_concurrent_trials": 2}, 1, "maximize")
+    assert opts.tune_config["scheduler"] is scheduler
+    assert (opts.tune_config["metric"], opts.tune_config["mode"]) == ("objective", "max")
+    assert opts.tune_config["max_concurrent_trials"] == 2
+
+
+def test_a_scheduler_with_its_own_metric_keeps_it():
+    """Tune refuses a metric in TuneConfig when the scheduler has one."""
+    opts = split_kwargs({"scheduler": ASHAScheduler(metric="eval_loss", mode="min")}, 1, "minimize")
+    assert "metric" not in opts.tune_config and "mode" not in opts.tune_config
+
+
+def test_run_config_names_and_resources_go_where_tune_takes_them():
+    stop = {"training_iteration": 3}
+    opts = split_kwargs({"stop": stop, "name": "lr", "verbose": 0, "resources_per_trial": {"cpu": 1},
+                         "reuse_actors": False, "resume": "AUTO"}, 2, "minimize")
+    assert opts.run_config == {"stop": stop, "name": "lr", "verbose": 0}
+    assert opts.resources == {"cpu": 1} and opts.tune_config["reuse_actors"] is False and opts.resume == "AUTO"
+
+
+def test_max_failures_becomes_a_failure_config():
+    opts = split_kwargs({"max_failures": 2}, 1, "minimize")
+    config = opts.run_config["failure_config"]
+    assert isinstance(config, FailureConfig) and (config.max_failures, config.fail_fast) == (2, False)
+    with pytest.raises(ConfigError, match="either failure_config"):
+        split_kwargs({"max_failures": 2, "failure_config": FailureConfig()}, 1, "minimize")
+
+
+@pytest.mark.parametrize("name, fix", [("config", "hp_space"), ("num_samples", "n_trials"),
+                                       ("keep_checkpoints_num", "save_total_limit"),
+                                       ("checkpoint_at_end", "save_strategy"), ("local_dir", "output_dir")])
+def test_kwargs_that_mean_nothing_here_name_what_to_use(name, fix):
+    with pytest.raises(ConfigError, match=fix):
+        split_kwargs({name: 1}, 1, "minimize")
+
+
+def test_an_unknown_kwarg_is_refused_naming_the_known_ones():
+    with pytest.raises(ConfigError, match="does not take \\['n_jobs'\\].*scheduler"):
+        split_kwargs({"n_jobs": 2}, 1, "minimize")
+
+
+def test_a_scheduler_that_decides_on_evaluations_needs_evaluations(tmp_path):
+    no_eval = TrainingArguments(output_dir=str(tmp_path), num_workers=1, use_gpu=False)
+    with pytest.raises(ConfigError, match="eval_strategy='steps'"):
+        check_evaluates(no_eval, ASHAScheduler())
+    with pytest.raises(ConfigError, match="MedianStoppingRule"):
+        check_evaluates(no_eval, MedianStoppingRule())
+    check_evaluates(no_eval, None)  # no scheduler: the trial evaluates once at its end
+    evaluating = TrainingArguments(output_dir=str(tmp_path), num_workers=1, use_gpu=False, eval_strategy="steps",
+                                   eval_steps=2)
+    check_evaluates(evaluating, ASHAScheduler())
+    with pytest.raises(ConfigError, match="not supported yet"):
+        check_evaluates(evaluating, PopulationBasedTraining(hyperparam_mutations={"learning_rate": [1e-3, 1e-2]}))

@@ -1,0 +1,79 @@
+"""TuneReport without Ray: what one evaluation reports, and Tune's stop turned into a stop at that step."""
+
+import math
+
+import pytest
+
+from raytrainer.state import TrainerControl, TrainerState
+from raytrainer.tune.hf_names import default_compute_objective
+from raytrainer.tune.report import OBJECTIVE, TuneReport, tune_metrics
+
+METRICS = {"eval_loss": 2.5, "eval_runtime": 0.01, "eval_samples_per_second": 800.0,
+           "eval_steps_per_second": 100.0, "epoch": 0.5}
+
+
+def state_at(step: int, epoch: float = 0.5) -> TrainerState:
+    state = TrainerState()
+    state.global_step, state.epoch = step, epoch
+    return state
+
+
+def test_an_evaluation_reports_its_metrics_the_objective_and_the_step():
+    sent = []
+    report = TuneReport(default_compute_objective, report=sent.append)
+    control = TrainerControl()
+    report.on_evaluate(None, state_at(4), control, metrics=dict(METRICS))
+    assert sent == [{**METRICS, OBJECTIVE: 2.5, "step": 4}]
+    assert report.reported == 1 and not report.stopped and not control.should_training_stop
+    assert report.last == sent[0]
+
+
+def test_the_log_records_step_is_not_summed_into_the_default_objective():
+    """The loop's log adds "step" to the evaluation's metrics: transformers' default objective (the loss alone,
+    when no other metric is there) would otherwise be loss + step."""
+    sent = []
+    TuneReport(default_compute_objective, report=sent.append).on_evaluate(
+        None, state_at(6), TrainerControl(), metrics={**METRICS, "step": 6})
+    assert sent[0][OBJECTIVE] == 2.5 and sent[0]["step"] == 6
+
+
+def test_a_user_objective_is_given_the_metrics():
+    sent = []
+    report = TuneReport(lambda m: m["eval_accuracy"], report=sent.append)
+    report.on_evaluate(None, state_at(2), TrainerControl(), metrics={**METRICS, "eval_accuracy": 0.75})
+    assert sent[0][OBJECTIVE] == 0.75 and sent[0]["eval_accuracy"] == 0.75
+
+
+def test_tunes_stop_becomes_a_training_stop_at_this_step():
+    """Tune's function trainables report synchronously: a stopped trial's tune.report raises SystemExit."""
+    def stopped(result):
+        raise SystemExit(0)
+
+    report = TuneReport(default_compute_objective, report=stopped)
+    control = TrainerControl()
+    report.on_evaluate(None, state_at(2), control, metrics=dict(METRICS))
+    assert report.stopped and control.should_training_stop and report.reported == 0
+    calls = []
+    report._report = calls.append  # a stopped trial reports nothing more: Tune closed its session
+    report.on_evaluate(None, state_at(4), TrainerControl(), metrics=dict(METRICS))
+    assert calls == []
+
+
+def test_an_objective_that_is_no_number_names_the_fix():
+    report = TuneReport(lambda m: float("nan"), report=lambda r: None)
+    with pytest.raises(ValueError, match="compute_objective"):
+        report.on_evaluate(None, state_at(2), TrainerControl(), metrics=dict(METRICS))
+    report = TuneReport(lambda m: None, report=lambda r: None)
+    with pytest.raises(ValueError, match="compute_objective"):
+        report.on_evaluate(None, state_at(2), TrainerControl(), metrics=dict(METRICS))
+
+
+def test_tune_metrics_keeps_numbers_only():
+    out = tune_metrics({"eval_loss": 1.0, "eval_name": "x", "eval_flag": True, "eval_n": 3}, 1.0, 8, None)
+    assert out == {"eval_loss": 1.0, "eval_n": 3, OBJECTIVE: 1.0, "step": 8}
+    assert not math.isnan(out[OBJECTIVE])
+
+
+def test_the_callback_decides_control():
+    """Not observes_only: every rank waits for its answer at the evaluation's step (principle 1)."""
+    assert TuneReport.observes_only is False and TuneReport.on_every_rank is False

@@ -1,0 +1,152 @@
+"""`Trainer.hyperparameter_search`: bad input fails on the driver before any trial; one real sweep on the session's
+Ray (Ray Tune as it is, ASHA, 1-worker trials of the tiny model) whose driver dies mid-sweep and is run again."""
+
+import json
+import os
+
+import pytest
+
+from raytrainer import Trainer, TrainingArguments
+from raytrainer.checkpoint.listing import list_checkpoints
+from raytrainer.errors import ConfigError
+from raytrainer.tune.hf_names import BestRun
+from raytrainer.tune.search import NO_MODEL_INIT, check_space, choose_backend, sample
+from tests.models import TokenData, make_model
+
+ray_tune = pytest.importorskip("ray.tune")
+from ray.tune import Callback  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler  # noqa: E402
+
+
+def model_init():
+    return make_model()
+
+
+def arguments(output_dir: str, **kw) -> TrainingArguments:
+    base = dict(output_dir=output_dir, num_workers=1, use_gpu=False, per_device_train_batch_size=4, max_steps=6,
+                eval_strategy="steps", eval_steps=2, save_steps=2, logging_steps=2, optim="adamw_torch",
+                disable_tqdm=True)
+    return TrainingArguments(**{**base, **kw})
+
+
+def trainer_of(args, **kw) -> Trainer:
+    return Trainer(model_init=model_init, args=args, train_dataset=TokenData(32), eval_dataset=TokenData(8, seed=1),
+                   **kw)
+
+
+def lr_space(values):
+    return lambda trial: {"learning_rate": ray_tune.grid_search(list(values))}
+
+
+# ------------------------------------------------------------------ checks before any trial (no Ray needed)
+def test_without_model_init_transformers_error(tmp_path):
+    trainer = Trainer(model=make_model(), args=arguments(str(tmp_path)), train_dataset=TokenData(8))
+    with pytest.raises(RuntimeError, match=NO_MODEL_INIT):
+        trainer.hyperparameter_search(hp_space=lr_space([1e-3]), n_trials=1)
+
+
+def test_backends(tmp_path):
+    assert choose_backend(None) == choose_backend("ray") == "ray"
+    with pytest.raises(ConfigError, match="use 'ray'"):
+        choose_backend("sigopt")
+    with pytest.raises(ConfigError, match="optuna"):  # not installed, or not built yet: either way named
+        choose_backend("optuna")
+
+
+def test_direction_and_kwargs_are_checked_first(tmp_path):
+    trainer = trainer_of(arguments(str(tmp_path)))
+    with pytest.raises(ConfigError, match="'minimize' or 'maximize'"):
+        trainer.hyperparameter_search(hp_space=lr_space([1e-3]), direction="down")
+    with pytest.raises(ConfigError, match="one objective"):
+        trainer.hyperparameter_search(hp_space=lr_space([1e-3]), direction=["minimize", "maximize"])
+    with pytest.raises(ConfigError, match="n_trials"):
+        trainer.hyperparameter_search(hp_space=lr_space([1e-3]), num_samples=3)
+    with pytest.raises(ConfigError, match="eval_strategy='steps'"):
+        trainer_of(arguments(str(tmp_path), eval_strategy="no")).hyperparameter_search(
+            hp_space=lr_space([1e-3]), scheduler=ASHAScheduler())
+
+
+def test_a_space_that_names_no_argument_fails(tmp_path):
+    trainer = trainer_of(arguments(str(tmp_path)))
+    with pytest.raises(ConfigError, match="\\['hidden_size'\\].*model_init\\(trial\\)"):
+        check_space(trainer, {"hidden_size": ray_tune.choice([8, 16])})
+    with pytest.raises(ConfigError, match="non-empty dict"):
+        check_space(trainer, {})
+    with pytest.raises(ConfigError, match="fail their checks"):
+        check_space(trainer, {"learning_rate": ray_tune.uniform(-2.0, -1.0)})
+    trainer.model_init = lambda trial: make_model()  # model_init(trial) reads the keys that are not arguments
+    check_space(trainer, {"hidden_size": ray_tune.choice([8, 16]), "learning_rate": ray_tune.loguniform(1e-4, 1e-2)})
+
+
+def test_sample_takes_one_value_of_each_kind():
+    values = sample({"a": ray_tune.grid_search([3, 4]), "b": ray_tune.choice([7]), "c": 5})
+    assert values == {"a": 3, "b": 7, "c": 5}
+
+
+# ------------------------------------------------------------------ one real sweep, its driver dying once
+class DriverDies(Callback):
+    """Tune callback (runs in the sweep's driver): raises once, when the run with `learning_rate` reports `step`,
+    as a driver that dies there. Tune then kills every trial's actor (its worker group with it) and the sweep's
+    state is what it saved last. It is pickled into the sweep's state, hence the marker file: it fires once."""
+
+    def __init__(self, marker: str, learning_rate: float, step: int):
+        self.marker, self.learning_rate, self.step = marker, learning_rate, step
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if (trial.config["learning_rate"] == self.learning_rate and result["step"] == self.step
+                and not os.path.exists(self.marker)):
+            open(self.marker, "w").close()
+            raise RuntimeError("the sweep's driver dies here")
+
+
+def committed(run_dir: str) -> dict:
+    return {c.step: c.committed for c in list_checkpoints(run_dir)}
+
+
+def manifest_times(run_dir: str) -> dict:
+    return {name: os.stat(os.path.join(run_dir, name)).st_mtime_ns for name in sorted(os.listdir(run_dir))
+            if name.startswith("checkpoint-")}
+
+
+def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_run(tmp_path, ray_session):
+    out = str(tmp_path / "sweep")
+    # Sequential trials (max_concurrent_trials=1) in grid order, so ASHA's decisions do not depend on which trial
+    # reported first. 3e-3 runs alone to its end; 1e-2 beats it at each evaluation; 1e-6 is the worst at its
+    # first evaluation and ASHA stops it there.
+    grid = [3e-3, 1e-2, 1e-6]
+    search = dict(hp_space=lr_space(grid), n_trials=1, max_concurrent_trials=1,
+                  scheduler=ASHAScheduler(max_t=100, grace_period=1, reduction_factor=2), verbose=0,
+                  callbacks=[DriverDies(str(tmp_path / "died"), learning_rate=1e-2, step=4)])
+
+    with pytest.raises(Exception, match="driver dies here"):
+        trainer_of(arguments(out)).hyperparameter_search(**search)
+    runs = sorted(d for d in os.listdir(out) if d.startswith("run-"))
+    assert len(runs) == 2  # the first trial finished, the second died after its evaluation at step 4
+    first, second = (os.path.join(out, r) for r in runs)
+    assert committed(first) == {2: True, 4: True, 6: True}
+    assert committed(second).get(2)  # the died trial's run resumes from its newest committed checkpoint
+    finished_at = manifest_times(first)
+
+    best = trainer_of(arguments(out)).hyperparameter_search(**search)  # the same call, run again
+
+    assert isinstance(best, BestRun)
+    assert best.hyperparameters == {"learning_rate": 1e-2} and f"run-{best.run_id}" == runs[1]
+    results = {r.config["learning_rate"]: r.metrics for r in best.run_summary}
+    assert best.objective == results[1e-2]["objective"]  # what Tune recorded
+    assert manifest_times(first) == finished_at  # the finished trial did not run again
+    assert committed(second) == {2: True, 4: True, 6: True} and results[1e-2]["step"] == 6
+    stopped = os.path.join(out, f"run-{results[1e-6]['trial_id']}")
+    # ASHA stopped it at its first evaluation. The sweep's last trial: Tune ends its actor right after the stop
+    # (docs/tune.md), so its run may not have committed the stop step's checkpoint; none later exists.
+    assert results[1e-6]["step"] == 2 and results[1e-6]["training_iteration"] == 1
+    assert all(step <= 2 for step in committed(stopped))
+    # Checkpoints live in the runs' folders only: Tune's folder holds the sweep's state and results.
+    tune_files = [f for _, dirs, files in os.walk(os.path.join(out, "hp_search")) for f in dirs + files]
+    assert not any(name.startswith("checkpoint") for name in tune_files)
+
+    # The best trial (interrupted, then resumed from its checkpoint) ends where a plain uninterrupted run ends.
+    plain = trainer_of(arguments(str(tmp_path / "plain"), learning_rate=1e-2))
+    plain.train()
+    assert plain.evaluate()["eval_loss"] == best.objective
+    with open(os.path.join(second, "checkpoint-6", "trainer_state.json")) as f:
+        assert json.load(f)["global_step"] == 6
