@@ -146,18 +146,24 @@ class StopSignals:
     def hand_over(self, global_step: int, checkpoint: Optional[str]):
         """After the preemption checkpoint committed: tell the driver why this group ends, report the group
         preempted to Ray Train, and wait to be torn down (the restart resumes from that checkpoint)."""
-        import ray
-        from ray.train.v2._internal.execution.context import get_train_context
-        from ray.train.v2.api.preemption import PreemptionInfo
-
         if self.ctx.is_main:
             self.emitter.emit("preempted", global_step=global_step, checkpoint=checkpoint, cause=self.describe())
             self.emitter.flush(wait=True)
             self.emitter.record_cause(Reason.PREEMPTION, self.describe())
-        node = ray.get_runtime_context().get_node_id()
-        # A deadline already passed: Ray Train restarts at its next poll instead of waiting out a drain window.
-        get_train_context().preemption_context.preemption_info = PreemptionInfo(
-            deadline_ms=int(time.time() * 1000), preempted_node_to_ranks={node: [self.ctx.rank]})
+        report_preempted(self.ctx.rank)
         time.sleep(HAND_OVER_TIMEOUT_S)
         raise RuntimeError(f"Preempted at step {global_step} and checkpointed, but Ray Train did not restart the "
                            f"worker group within {HAND_OVER_TIMEOUT_S:.0f} s.")
+
+
+def report_preempted(rank: int) -> None:
+    """Tell Ray Train that this worker's group is being preempted (the field its drain watcher sets), with a
+    deadline already passed: it restarts the group at its next poll, counting a preemption, instead of waiting
+    out a drain window. Any thread of the worker process may call it (the train context is the process's)."""
+    import ray
+    from ray.train.v2._internal.execution.context import get_train_context
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    node = ray.get_runtime_context().get_node_id()
+    get_train_context().preemption_context.preemption_info = PreemptionInfo(
+        deadline_ms=int(time.time() * 1000), preempted_node_to_ranks={node: [rank]})

@@ -1,9 +1,11 @@
 """A plain transformers script with dropout on, a constant learning rate and no periodic checkpoint before its
 last step, for the stop tests (test_stops_on_ray.py): one rank sends itself SIGTERM after a step (what a spot
-node's notice does), or rank 0 pauses after a step, the test's moment to Ctrl-C the driver.
+node's notice does; `--sigterm_before_train`: before train(), then 2 s of the script's own work), or rank 0
+pauses after a step, the test's moment to Ctrl-C the driver.
 
     python stops_script.py --output_dir DIR --results RES [--max_steps 10]
-                           [--sigterm_rank 1 --sigterm_at 4] [--pause_at 4 --pause_s 3] [--marker FILE]
+                           [--sigterm_rank 1 --sigterm_at 4 | --sigterm_before_train]
+                           [--pause_at 4 --pause_s 3] [--marker FILE]
 
 Each fault happens once (the marker file remembers; rank 0 writes it at a pause, for the test to see). Rank 0
 writes RES/log_history.json and RES/weights.safetensors at the end."""
@@ -45,6 +47,7 @@ def main():
     parser.add_argument("--max_steps", type=int, default=10)
     parser.add_argument("--sigterm_rank", type=int, default=1)
     parser.add_argument("--sigterm_at", type=int, default=-1)
+    parser.add_argument("--sigterm_before_train", action="store_true")
     parser.add_argument("--pause_at", type=int, default=-1)
     parser.add_argument("--pause_s", type=float, default=0)
     parser.add_argument("--marker", default="")
@@ -58,6 +61,11 @@ def main():
                              lr_scheduler_type="constant", report_to="none", disable_tqdm=True,
                              use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0)
     trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[Faults(options)])
+    if options.sigterm_before_train and int(os.environ.get("RANK", 0)) == options.sigterm_rank \
+            and not os.path.exists(options.marker):
+        open(options.marker, "w").close()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2)  # the script's own work (tokenizing, say): no training loop to save at
     trainer.train()
     if trainer.is_world_process_zero():
         os.makedirs(options.results, exist_ok=True)

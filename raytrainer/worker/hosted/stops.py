@@ -19,9 +19,9 @@ So a stop raised during step s - 1 (or at its end: a SIGTERM reaches the flag on
 gets the GIL) saves at step s, or at s + 1 when it came in after step s began: the step in progress is not
 lost.
 
-Outside a training loop (the script's top, an evaluate(), after train()) no step can be agreed on: a SIGTERM
-there ends the worker (a failure; the job resumes from its last committed checkpoint), and a Ctrl-C waits for
-the next training loop of the job, if any.
+Outside a training loop (the script's top, an evaluate(), after train()) no step can be agreed on: on a
+SIGTERM there the worker reports its group preempted at once, and Ray Train restarts it (a preemption, as
+above) from the newest committed checkpoint; a Ctrl-C waits for the next training loop of the job, if any.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ import os
 import threading
 from typing import Iterator, Optional
 
+from ...protocol import Reason
+from ...verbosity import notice
 from ..step_sync import StepSync
-from ..stopping import StopSignals, sigterm_event, take_sigterm
+from ..stopping import HAND_OVER_TIMEOUT_S, StopSignals, report_preempted, sigterm_event, take_sigterm
 
 logger = logging.getLogger("raytrainer")
 
@@ -53,7 +55,7 @@ class HostedStop(BaseException):
 
 class JobStops:
     """One per hosted job on each rank: on Ray, SIGTERM becomes a flag for the job's training loops, and a
-    watcher ends the worker on one that comes while no loop runs (nothing could save it at a step)."""
+    watcher hands the group over to Ray Train on one that comes while no loop runs (no step to save at)."""
 
     def __init__(self, ctx, emitter, on_ray: bool):
         self.ctx, self.emitter, self.on_ray = ctx, emitter, on_ray
@@ -88,9 +90,25 @@ class JobStops:
         flag = sigterm_event()
         while not self._done.wait(0.5):  # a poll, not flag.wait(): a set flag a loop owns must not spin here
             if flag.is_set() and not self.loops and not self.stopping:
-                logger.warning("SIGTERM outside a training loop (no step to save at): this worker exits; the run "
-                               "restarts from its last committed checkpoint")
-                os._exit(143)
+                self.stopping = True
+                self._hand_over_outside_a_loop()
+
+    def _hand_over_outside_a_loop(self):
+        """This rank's preemption, with nothing to save: recorded as the group's cause (a preemption, not a
+        failure), reported to Ray Train, which tears the group down at its next poll while the job's code goes
+        on meanwhile (a commit it may start is atomic); the worker exits if that does not come."""
+        rank = self.ctx.rank
+        cause = f"preemption: SIGTERM on rank {rank} outside a training loop"
+        notice(f"{cause} (no step to save at): Ray Train restarts the worker group from the run's newest "
+               "committed checkpoint")
+        try:
+            self.emitter.record_cause(Reason.PREEMPTION, cause)
+            report_preempted(rank)
+        except Exception:  # noqa: BLE001 (no Ray Train context: a lost worker instead)
+            logger.exception("Could not report the preemption to Ray Train: this worker exits")
+            os._exit(143)
+        if not self._done.wait(HAND_OVER_TIMEOUT_S):  # the job may end meanwhile: the group restarts when idle
+            os._exit(143)
 
 
 class LoopStops:
