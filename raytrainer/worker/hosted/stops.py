@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from typing import Iterator, Optional
 
 from ...protocol import Reason
@@ -102,13 +103,17 @@ class JobStops:
         notice(f"{cause} (no step to save at): Ray Train restarts the worker group from the run's newest "
                "committed checkpoint")
         try:
-            self.emitter.record_cause(Reason.PREEMPTION, cause)
             report_preempted(rank)
+            # Recorded again each second until the group ends: rank 0's group_started (at the group's first
+            # train()) takes the cause recorded before it, and without one the restart would count a failure.
+            deadline = time.monotonic() + HAND_OVER_TIMEOUT_S
+            while time.monotonic() < deadline:
+                self.emitter.record_cause(Reason.PREEMPTION, cause)
+                if self._done.wait(1.0):  # the job ended first: the idle group restarts
+                    return
         except Exception:  # noqa: BLE001 (no Ray Train context: a lost worker instead)
             logger.exception("Could not report the preemption to Ray Train: this worker exits")
-            os._exit(143)
-        if not self._done.wait(HAND_OVER_TIMEOUT_S):  # the job may end meanwhile: the group restarts when idle
-            os._exit(143)
+        os._exit(143)
 
 
 class LoopStops:
