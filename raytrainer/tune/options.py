@@ -62,7 +62,7 @@ def split_kwargs(kwargs: Dict[str, Any], n_trials: int, direction: str) -> TuneO
     tune_config = {k: kwargs[k] for k in TUNE_CONFIG if k in kwargs}
     run_config = {k: kwargs[k] for k in RUN_CONFIG if k in kwargs}
     tune_config["num_samples"] = n_trials
-    resources = dict(kwargs.get("resources_per_trial") or TRIAL_ACTOR)
+    resources = dict(kwargs.get("resources_per_trial") or {})  # none given: resources.trial_actor decides
     if "max_failures" in kwargs or "fail_fast" in kwargs:
         if "failure_config" in run_config:
             raise ConfigError("Pass either failure_config=FailureConfig(...) or max_failures/fail_fast, not both.")

@@ -10,12 +10,21 @@ otherwise; and a trial that can never be placed fails here, before any trial sta
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 from ..arguments.scaling import bounds
 from ..coordinator import cluster
 from ..coordinator.spec import decide_use_gpu
 from ..errors import ConfigError
+from .options import TRIAL_ACTOR
+
+
+def trial_actor(args, resources_per_trial: Optional[Dict[str, float]]) -> Dict[str, float]:
+    """What Tune places for the trial's actor: `resources_per_trial` as given; by default nothing but 1 MiB of
+    memory (options.TRIAL_ACTOR), or one CPU for a trial with num_workers=0, which trains in that actor."""
+    if resources_per_trial:
+        return dict(resources_per_trial)
+    return {"cpu": 1} if args.max_workers == 0 else dict(TRIAL_ACTOR)
 
 
 def group_needs(args) -> Dict[str, float]:

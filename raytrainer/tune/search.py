@@ -48,6 +48,7 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
     import ray
 
     totals = ray.cluster_resources()
+    opts.resources = resources.trial_actor(trainer.args, opts.resources)
     resources.check_trial_placeable(trainer.args, opts.resources, totals)
     opts.tune_config.setdefault("max_concurrent_trials",
                                 resources.default_concurrency(trainer.args, opts.resources, totals))

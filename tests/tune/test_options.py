@@ -6,14 +6,14 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBas
 
 from raytrainer import TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.tune.options import DEFAULT_NAME, TRIAL_ACTOR, check_evaluates, split_kwargs
+from raytrainer.tune.options import DEFAULT_NAME, check_evaluates, split_kwargs
 
 
 def test_n_trials_is_num_samples_and_the_defaults():
     opts = split_kwargs({}, n_trials=6, direction="minimize")
     assert opts.tune_config == {"num_samples": 6, "reuse_actors": True, "metric": "objective", "mode": "min"}
     assert opts.run_config == {"name": DEFAULT_NAME}
-    assert opts.resources == TRIAL_ACTOR and opts.resume is None and opts.raise_on_failed_trial
+    assert opts.resources == {} and opts.resume is None and opts.raise_on_failed_trial
 
 
 def test_a_scheduler_without_metric_gets_the_objective_and_the_direction():
