@@ -33,9 +33,11 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
                           n_trials: int = 20, direction: str = "minimize", backend: Union[str, Any, None] = None,
                           hp_name: Optional[Callable[[Any], str]] = None, **kwargs) -> BestRun:
     """See `Trainer.hyperparameter_search`."""
-    choose_backend(backend)
+    backend = choose_backend(backend)
     if trainer.model_init is None:
         raise RuntimeError(NO_MODEL_INIT)
+    if backend == "optuna":
+        return optuna_search(trainer, hp_space, compute_objective, n_trials, direction, hp_name, **kwargs)
     direction = check_direction(direction)
     space = (hp_space or default_hp_space_ray)(None)
     check_space(trainer, space)
@@ -88,25 +90,41 @@ def state_saved_often():
         os.environ.pop(CHECKPOINT_PERIOD_ENV, None)
 
 
+def optuna_search(trainer, hp_space, compute_objective, n_trials: int, direction, hp_name, **kwargs):
+    """backend="optuna": the space checked on one sampled trial, then the study in this process (optuna_search.py)."""
+    from .optuna_search import optuna_space, run_optuna, sample_optuna
+
+    if isinstance(direction, (list, tuple)):
+        for one in direction:
+            check_direction(one)
+    else:
+        check_direction(direction)
+    space = optuna_space(hp_space)
+    check_space(trainer, sample_optuna(space))
+    recipe = TrialRecipe(trainer=driverless_copy(trainer), callbacks=user_callbacks(trainer),
+                         compute_objective=compute_objective or default_compute_objective, hp_name=hp_name,
+                         output_dir=trainer.args.output_dir)
+    return run_optuna(recipe, space, n_trials, direction, **kwargs)
+
+
 def choose_backend(backend) -> str:
-    """"ray" (the default); "optuna" is named but not built yet; anything else is refused."""
+    """"ray" (the default) or "optuna" (where it is installed); anything else is refused."""
     name = getattr(backend, "value", backend) or "ray"
     if name not in BACKENDS:
-        raise ConfigError(f"backend={name!r} is not a hyperparameter search backend here: use 'ray' (Ray Tune).")
+        raise ConfigError(f"backend={name!r} is not a hyperparameter search backend here: use 'ray' (Ray Tune) or "
+                          "'optuna'.")
     if name == "optuna":
         try:
             import optuna  # noqa: F401
         except ImportError:
             raise missing_package("optuna", "optuna", "hyperparameter_search(backend='optuna')") from None
-        raise ConfigError("backend='optuna' is not implemented in raytrainer yet: use backend='ray' (Ray Tune; "
-                          "Tune's OptunaSearch as search_alg=... gives Optuna's sampler).")
     return name
 
 
 def check_direction(direction) -> str:
     if isinstance(direction, (list, tuple)):
-        raise ConfigError("A list of directions (multi-objective search) is Optuna's only in transformers; Ray Tune "
-                          "takes one objective: pass direction='minimize' or 'maximize'.")
+        raise ConfigError("A list of directions (multi-objective search) is Optuna's only, as in transformers: pass "
+                          "backend='optuna', or one direction ('minimize' or 'maximize') to Ray Tune.")
     if direction not in ("minimize", "maximize"):
         raise ConfigError(f"direction={direction!r}: pass 'minimize' or 'maximize'.")
     return direction
