@@ -60,7 +60,10 @@ SECOND_PROCESS = SUBPROCESS_DRIVERS_FIRST + ("tests/integration/test_resume.py",
                                              # a killed driver and a group restart: ~2.5 min, off the first's
                                              "tests/hosted/test_launch_on_ray.py",
                                              # Ray Data on a Ray of 2 CPUs of its own (issue 32)
-                                             "tests/integration/test_ray_data_two_cpus.py")
+                                             "tests/integration/test_ray_data_two_cpus.py",
+                                             # benchmarks/gpu.py's smoke, with a Ray of its own: measured on
+                                             # 2026-11-28, the first process ended ~250 s after this one
+                                             "tests/test_gpu_benchmark_smoke.py")
 
 
 # What makes a test slow (the `slow` marker, for `pytest -m "not slow"`): a Ray, a subprocess driver or a torchrun
@@ -68,7 +71,7 @@ SECOND_PROCESS = SUBPROCESS_DRIVERS_FIRST + ("tests/integration/test_resume.py",
 # Ray), or a run of seconds in process (SLOW_IN_PROCESS, the unit files measured at 3 s or more a test).
 SLOW_FIXTURES = ("ray_session", "join_session_ray")
 SLOW_PATHS = ("tests/integration/", "tests/hosted/test_equivalence.py", "tests/hosted/test_launch_on_ray.py",
-              "tests/hosted/test_api_on_ray.py")
+              "tests/hosted/test_api_on_ray.py", "tests/test_gpu_benchmark_smoke.py")
 SLOW_IN_PROCESS = ("tests/preflight/test_launchers.py", "tests/seq2seq/test_summarization_script.py",
                    "tests/checkpoint/test_async_shards.py", "tests/strategy/test_precision.py",
                    "tests/test_seq2seq_trainer.py", "tests/storage/test_probe.py",
