@@ -1,18 +1,19 @@
-"""transformers' names for a hyperparameter search: `BestRun`, `default_compute_objective`,
-`default_hp_space_ray`.
+"""transformers' names for a hyperparameter search: `BestRun` and `default_hp_space_ray` (the driver's).
 
 Imported from transformers where it is installed (an extra: `raytrainer[hf]`), so that a user's script that
 compares or unpacks them gets the very same types; the same definitions here otherwise (transformers 5.x's
-`trainer_utils`), so the search runs without transformers.
+`trainer_utils`), so the search runs without transformers. `default_compute_objective` is report.py's: it runs
+in every trial's actor, which would otherwise import transformers for it (4.6 s of each actor's start here).
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Dict, NamedTuple, Optional
 
+from .report import default_compute_objective  # noqa: F401  (transformers' name, here too)
+
 try:  # the same objects as transformers' own, where it is installed
-    from transformers.trainer_utils import BestRun, default_compute_objective, default_hp_space_ray
+    from transformers.trainer_utils import BestRun, default_hp_space_ray
 except ImportError:  # pragma: no cover - exercised where transformers is absent
     class BestRun(NamedTuple):  # type: ignore[no-redef]
         """The best run of a hyperparameter search: its id (its checkpoints are under output_dir/run-<id>),
@@ -22,16 +23,6 @@ except ImportError:  # pragma: no cover - exercised where transformers is absent
         objective: Any
         hyperparameters: Dict[str, Any]
         run_summary: Optional[Any] = None
-
-    def default_compute_objective(metrics: Dict[str, float]) -> float:  # type: ignore[misc]
-        """The evaluation loss if no other metric is there, else the sum of the metrics (speed metrics and
-        the epoch left out)."""
-        metrics = copy.deepcopy(metrics)
-        loss = metrics.pop("eval_loss", None)
-        metrics.pop("epoch", None)
-        for name in [m for m in metrics if m.endswith("_runtime") or m.endswith("_per_second")]:
-            metrics.pop(name, None)
-        return loss if len(metrics) == 0 else sum(metrics.values())
 
     def default_hp_space_ray(trial=None) -> Dict[str, Any]:  # type: ignore[misc]
         """transformers' default Ray Tune space: learning rate, epochs, seed, batch size."""

@@ -13,12 +13,26 @@ committed), and its workers go back to the trial process's pool.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable, Dict, Optional
 
 from ..callbacks.base import TrainerCallback
 
 OBJECTIVE = "objective"  # the metric's name in Tune, as transformers names it
+
+
+def default_compute_objective(metrics: Dict[str, float]) -> float:
+    """transformers' `default_compute_objective`, the same code (tests/tune/test_report.py compares the two): the
+    evaluation loss if no other metric is there, else the sum of the metrics, the epoch and speed metrics left
+    out. Defined here, not imported: it runs in every trial's actor, and importing transformers' trainer_utils
+    there cost 4.6 s of each actor's start on a 2-core machine (benchmarks/tune.py)."""
+    metrics = copy.deepcopy(metrics)
+    loss = metrics.pop("eval_loss", None)
+    metrics.pop("epoch", None)
+    for name in [m for m in metrics if m.endswith("_runtime") or m.endswith("_per_second")]:
+        metrics.pop(name, None)
+    return loss if len(metrics) == 0 else sum(metrics.values())
 
 
 def tune_metrics(metrics: Dict[str, Any], objective: float, step: int, epoch: Optional[float]) -> Dict[str, Any]:

@@ -5,8 +5,7 @@ import math
 import pytest
 
 from raytrainer.state import TrainerControl, TrainerState
-from raytrainer.tune.hf_names import default_compute_objective
-from raytrainer.tune.report import OBJECTIVE, TuneReport, tune_metrics
+from raytrainer.tune.report import OBJECTIVE, TuneReport, default_compute_objective, tune_metrics
 
 METRICS = {"eval_loss": 2.5, "eval_runtime": 0.01, "eval_samples_per_second": 800.0,
            "eval_steps_per_second": 100.0, "epoch": 0.5}
@@ -77,3 +76,11 @@ def test_tune_metrics_keeps_numbers_only():
 def test_the_callback_decides_control():
     """Not observes_only: every rank waits for its answer at the evaluation's step (principle 1)."""
     assert TuneReport.observes_only is False and TuneReport.on_every_rank is False
+
+
+@pytest.mark.parametrize("metrics", [dict(METRICS), {**METRICS, "eval_accuracy": 0.5, "eval_f1": 0.25},
+                                     {"eval_accuracy": 0.5, "epoch": 1.0}, {"eval_loss": 1.5}])
+def test_the_default_objective_is_transformers(metrics):
+    """Defined here (no transformers import in each trial's actor), the same as transformers' own."""
+    trainer_utils = pytest.importorskip("transformers.trainer_utils")
+    assert default_compute_objective(dict(metrics)) == trainer_utils.default_compute_objective(dict(metrics))
