@@ -82,9 +82,17 @@ INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: '(Pree
 # Internal lines followed by a traceback of Ray's own, dropped up to its exception line.
 # Ray Train's controller also warns, with a traceback, when its resource request to Ray Data's autoscaling
 # coordinator times out on a busy machine ("safe to ignore", in its own words; nothing a user can act on).
+# And when a worker died, its controller's "Graceful shutdown of backend failed" ("expected if one of the
+# workers has crashed"), with the ActorDiedError it caught: raytrainer's restart line names the lost rank (the
+# raylet's one-line notice that a worker died stays: Ray prints it outside the forwarded logs).
 INTERNAL_TRACEBACKS = re.compile(r"Failed to stop PlacementGroupCleaner gracefully|"
-                                 r"Failed to send resource request for train-")
+                                 r"Failed to send resource request for train-|"
+                                 r"Graceful shutdown of backend failed")
 INTERNAL_EXCEPTION = re.compile(r"^[\w.]+(Error|Exception)\b")
+# The lines of such an exception's message after its first: Ray's ActorDiedError lists the actor's details,
+# indented with a tab, then why it died (its last line).
+INTERNAL_EXCEPTION_MORE = re.compile(r"^\t")
+INTERNAL_EXCEPTION_LAST = re.compile(r"^The actor is dead because")
 # Ray Data's SplitCoordinator (it streams a Ray Dataset to the training workers) prints progress lines.
 INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner", "SplitCoordinator"})
 
@@ -117,7 +125,7 @@ def filter_forwarded_logs():
 
 def _without_internal(lines):
     """Drop internal lines, and the traceback that follows an internal warning (up to its exception line)."""
-    kept, skipping = [], False
+    kept, skipping, in_message = [], False, False
     for line in lines:
         if INTERNAL_LINES.search(line):
             continue
@@ -127,9 +135,14 @@ def _without_internal(lines):
         if skipping and (line.startswith((" ", "Traceback")) or not line.strip()):
             continue
         if skipping and INTERNAL_EXCEPTION.match(line):
-            skipping = False
+            skipping, in_message = False, True
             continue
-        skipping = False
+        if in_message and INTERNAL_EXCEPTION_MORE.match(line):
+            continue
+        if in_message and INTERNAL_EXCEPTION_LAST.match(line):
+            in_message = False
+            continue
+        skipping = in_message = False
         kept.append(line)
     return kept
 

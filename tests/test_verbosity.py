@@ -83,3 +83,19 @@ def test_rays_own_lines_and_their_tracebacks_are_dropped_user_lines_kept():
     assert _without_internal(lines) == ["step 1 done", "Traceback (most recent call last):",
                                         '  File "train.py", line 3, in <module>', "ValueError: bad row", "",
                                         "step 2 done"]
+
+
+def test_a_lost_workers_internal_lines_are_dropped_and_the_next_line_kept():
+    """What Ray Train's controller prints when a worker dies (its failed backend shutdown and the ActorDiedError
+    it caught, with its tab-indented details): raytrainer's restart line says it in one line."""
+    from raytrainer.verbosity import _without_internal
+
+    lines = ["Graceful shutdown of backend failed. This is expected if one of the workers has crashed.",
+             "Traceback (most recent call last):", '  File "config.py", line 333, in on_shutdown',
+             "    ray.get(futures, timeout=timeout_s)",
+             "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+             "\tclass_name: RayTrainWorker", "\tpid: 2218", "\tip: 192.0.2.2",
+             "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR ...",
+             "\ta print's own tab-indented line", "[raytrainer] restarting this run from checkpoint-2"]
+    assert _without_internal(lines) == ["\ta print's own tab-indented line",
+                                        "[raytrainer] restarting this run from checkpoint-2"]

@@ -29,6 +29,34 @@ def first_worker_error(worker_failures: dict) -> str:
     return f"Training failed on worker rank {rank}: {type(cause).__name__}: {cause}"
 
 
+def failure_cause(worker_exceptions: dict) -> str:
+    """One line for the restart: the ranks whose own code raised, then the ranks lost without a word (the
+    process died, a health check failed: no WorkerError), then those that failed only waiting for a lost peer
+    in a collective (gloo's "Connection reset by peer" on the survivors: a consequence, named last and short)."""
+    own, lost, waiting = [], [], []
+    for rank, exc in sorted(worker_exceptions.items()):
+        cause = getattr(exc, "cause", None) or exc
+        if not isinstance(cause, WorkerError):
+            lost.append(f"rank {rank} lost ({type(cause).__name__}: {_first_line(cause)})")
+        elif cause.in_collective:
+            waiting.append((rank, cause))
+        else:
+            own.append(f"rank {rank}: {_first_line(cause)}")
+    named = own + lost
+    if waiting:
+        ranks = f"rank{'s' if len(waiting) > 1 else ''} {', '.join(str(rank) for rank, _ in waiting)}"
+        if named:
+            named.append(f"{ranks} then failed in a collective")
+        else:  # nobody else is named: the collective's error is all there is
+            named.append(f"{ranks} failed in a collective: {_first_line(waiting[0][1])}")
+    return "; ".join(named)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:200] if text else ""
+
+
 class FailureRecorder(UserCallback):
     """Tells the sink which worker failed and why: the job in flight is then re-served or, past its
     max_failures, failed with the first failed rank's own error. When the sink gives the group up (it keeps
@@ -40,8 +68,6 @@ class FailureRecorder(UserCallback):
     def after_exception(self, run_context, worker_exceptions):
         import ray
 
-        parts = [f"rank {rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                 for rank, exc in sorted(worker_exceptions.items())]
         message = first_worker_error(worker_exceptions) if worker_exceptions else "the worker group failed"
         # An error marked `fatal` (a full disk, lost storage, a damaged checkpoint) fails the job at once.
         causes = [getattr(exc, "cause", None) or exc for exc in worker_exceptions.values()]
@@ -51,7 +77,8 @@ class FailureRecorder(UserCallback):
         raised_by = tuple(sorted({cause.job for cause in causes if isinstance(cause, WorkerError) and cause.job
                                   and not cause.in_collective}))
         try:
-            give_up = ray.get(self.sink.record_failure.remote("; ".join(parts)[:500], message, fatal, raised_by))
+            give_up = ray.get(self.sink.record_failure.remote(failure_cause(worker_exceptions)[:500], message, fatal,
+                                                             raised_by))
         except ray.exceptions.RayActorError:  # the driver released the group: nobody waits for it
             give_up = True
         if give_up:

@@ -54,10 +54,13 @@ class _Entry:
 @dataclass(frozen=True)
 class Counted:
     """What a group failure did: `job` the id in flight (None if idle), `failed` whether that job is now
-    failed, `give_up` whether the group should be aborted."""
+    failed, `give_up` whether the group should be aborted, `failures` the job's failures counted so far and
+    `limit` its max_failures (-1: none)."""
     job: Optional[str]
     failed: bool
     give_up: bool
+    failures: int = 0
+    limit: int = -1
 
 
 class JobBoard:
@@ -160,4 +163,4 @@ class JobBoard:
         failed = fatal or (limit != -1 and entry.failures > limit)
         if failed:
             self.finish(entry.job.id, FAILED, message)
-        return Counted(entry.job.id, failed, False)
+        return Counted(entry.job.id, failed, False, entry.failures, limit)

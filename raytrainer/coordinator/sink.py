@@ -156,6 +156,9 @@ class EventSink:
         re-served to the next group, or failed with `message` once past its max_failures (`JobBoard`).
         Returns True when the group should be given up."""
         counted = self.board.count_failure(cause, message, self.history.preempted, fatal, raised_by)
+        if counted.job is not None and not counted.failed and counted.failures:  # the restart line says what is left
+            allowed = "no limit" if counted.limit == -1 else f"max_failures={counted.limit}"
+            cause = f"{cause} (failure {counted.failures}, {allowed})"
         self.history.record_cause(Reason.FAILURE, cause)
         if counted.job is not None:
             kind = JobFailed if counted.failed else Failure

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ray.exceptions import RayTaskError
 
-from raytrainer.coordinator.failures import first_worker_error
+from raytrainer.coordinator.failures import failure_cause, first_worker_error
 from raytrainer.worker.user_errors import WorkerError
 
 
@@ -35,3 +35,18 @@ def test_an_error_that_is_no_worker_error_names_the_lowest_rank_and_its_type():
     """A worker lost without a word of its own (its process killed, a health check failed)."""
     failures = {3: RuntimeError("health check failed"), 2: wrapped(ConnectionError("node lost"))}
     assert first_worker_error(failures) == "Training failed on worker rank 2: ConnectionError: node lost"
+
+
+def test_the_restart_cause_names_the_lost_rank_before_the_survivors_collective_error():
+    """A killed worker: Ray Train hands rank 1's health check and rank 0's gloo error (a consequence) to the
+    callback; the restart line names rank 1 as lost and rank 0 after it, without gloo's paragraph."""
+    gloo = "[pair.cc:537] Read error [127.0.0.1]:2439: Connection reset by peer. This is typically caused by ..."
+    failures = {0: wrapped(WorkerError(f"train() failed on worker rank 0: RuntimeError: {gloo}", in_collective=True)),
+                1: RuntimeError("A worker health check failed.\nWorker info: ...")}
+    assert failure_cause(failures) == ("rank 1 lost (RuntimeError: A worker health check failed.); "
+                                       "rank 0 then failed in a collective")
+    own = {2: wrapped(WorkerError("train() failed on worker rank 2: ValueError: boom")), **failures}
+    assert failure_cause(own).startswith("rank 2: train() failed on worker rank 2: ValueError: boom; rank 1 lost")
+    only = {0: failures[0]}
+    assert failure_cause(only) == f"rank 0 failed in a collective: train() failed on worker rank 0: RuntimeError: " \
+                                  f"{gloo}"[:len("rank 0 failed in a collective: ") + 200]
