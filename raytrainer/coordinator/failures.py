@@ -8,6 +8,7 @@ first: `worker/stopping.py`).
 from __future__ import annotations
 
 import pickle
+import re
 
 from ray.train import UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback
@@ -37,7 +38,7 @@ def failure_cause(worker_exceptions: dict) -> str:
     for rank, exc in sorted(worker_exceptions.items()):
         cause = getattr(exc, "cause", None) or exc
         if not isinstance(cause, WorkerError):
-            lost.append(f"rank {rank} lost ({type(cause).__name__}: {_first_line(cause)})")
+            lost.append(f"rank {rank} lost{_where_and_why(cause)}")
         elif cause.in_collective:
             waiting.append((rank, cause))
         else:
@@ -50,6 +51,17 @@ def failure_cause(worker_exceptions: dict) -> str:
         else:  # nobody else is named: the collective's error is all there is
             named.append(f"{ranks} failed in a collective: {_first_line(waiting[0][1])}")
     return "; ".join(named)
+
+
+def _where_and_why(exc: BaseException) -> str:
+    """" on node IP (why)" from Ray's words for a dead actor (a health check's ActorDiedError lists the actor's
+    `ip:` and says "The actor is dead because its worker process has died" or "its node has died"); else the
+    exception's type and first line."""
+    text = str(exc)
+    ip = re.search(r"^\s*ip: (\S+)", text, re.MULTILINE)
+    why = re.search(r"The actor is dead because ([^.]+)", text)
+    where = f" on node {ip.group(1)}" if ip else ""
+    return f"{where} ({why.group(1) if why else f'{type(exc).__name__}: {_first_line(exc)}'})"
 
 
 def _first_line(exc: BaseException) -> str:

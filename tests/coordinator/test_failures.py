@@ -41,10 +41,14 @@ def test_the_restart_cause_names_the_lost_rank_before_the_survivors_collective_e
     """A killed worker: Ray Train hands rank 1's health check and rank 0's gloo error (a consequence) to the
     callback; the restart line names rank 1 as lost and rank 0 after it, without gloo's paragraph."""
     gloo = "[pair.cc:537] Read error [127.0.0.1]:2439: Connection reset by peer. This is typically caused by ..."
+    died = ("A worker health check failed.\nThe actor died unexpectedly before finishing this task.\n\tclass_name: "
+            "RayTrainWorker\n\tpid: 2218\n\tip: 10.0.0.7\nThe actor is dead because its worker process has died. "
+            "Worker exit type: SYSTEM_ERROR")
     failures = {0: wrapped(WorkerError(f"train() failed on worker rank 0: RuntimeError: {gloo}", in_collective=True)),
-                1: RuntimeError("A worker health check failed.\nWorker info: ...")}
-    assert failure_cause(failures) == ("rank 1 lost (RuntimeError: A worker health check failed.); "
+                1: RuntimeError(died)}
+    assert failure_cause(failures) == ("rank 1 lost on node 10.0.0.7 (its worker process has died); "
                                        "rank 0 then failed in a collective")
+    assert failure_cause({1: ConnectionError("node lost")}) == "rank 1 lost (ConnectionError: node lost)"
     own = {2: wrapped(WorkerError("train() failed on worker rank 2: ValueError: boom")), **failures}
     assert failure_cause(own).startswith("rank 2: train() failed on worker rank 2: ValueError: boom; rank 1 lost")
     only = {0: failures[0]}
