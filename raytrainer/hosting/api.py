@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import uuid
 from typing import Any, Callable, Optional
 
 import torch
 
+from .. import storage
 from ..arguments.training_args import TrainingArguments as RaytrainerArguments
 from ..callbacks.base import CallbackMethods
 from ..checkpoint.model_io import load_into
@@ -35,6 +37,7 @@ from ..coordinator import holders
 from ..errors import ConfigError
 from ..protocol import HostedCall, HostedOrder, HostedResult, LogLevels
 from ..state import TrainerState
+from ..storage.urls import absolute_if_local, local_path
 from ..transfer import SharedState, fetch_state
 from ..verbosity import notice, quiet_driver, worker_level
 from .callbacks import driver_callbacks
@@ -140,7 +143,16 @@ class HostedTrainer(CallbackMethods):
                                  replica=worker_level(self.options, 1, driver_ran_model=True)))
         claims = HostedHandler(handler, run_id, self.options.resume, self.options.storage_options,
                                self.reporters_named)
-        return dispatch_order(target, order, self.options, handler, claims, self._pool_user, receive=receive)
+        early = _output_url(arguments) if method == "train" else None
+        try:
+            if early is not None:
+                # The arguments are here: the storage is probed and the lease taken before any worker starts, so a
+                # second driver on this output_dir, bad credentials or an unreachable endpoint is one message at
+                # once. Rank 0's claim then finds it taken by this job.
+                claims.take(early)
+            return dispatch_order(target, order, self.options, handler, claims, self._pool_user, receive=receive)
+        finally:
+            claims.close()  # the leases, also when Ray's start or the packing failed
 
     def _receive_weights(self, result: HostedResult) -> HostedResult:
         """The trained weights into the driver's model (or kept for the next call), while they still exist."""
@@ -230,6 +242,18 @@ def _undo_one_process(fields: dict):
         notice(f"steps_per_generation={steps} is kept and generation_batch_size is derived again on each rank for "
                "the worker group's size. If you set generation_batch_size yourself, build the config inside a "
                "function given to hosted() (it runs on every rank).")
+
+
+def _output_url(arguments) -> Optional[str]:
+    """The output_dir rank 0 will claim, when the driver can tell it: a URL or an absolute path (a relative one
+    is the worker's to resolve, and is claimed there)."""
+    output_dir = getattr(arguments, "output_dir", None)
+    if not output_dir:
+        return None
+    output_dir = str(output_dir)
+    if storage.is_local(output_dir) and not os.path.isabs(local_path(output_dir)):
+        return None
+    return absolute_if_local(output_dir)  # as the worker names it (worker/hosted/host.py url_for)
 
 
 def _modules(value, depth: int = 6) -> list:

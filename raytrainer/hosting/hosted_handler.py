@@ -58,9 +58,9 @@ class HostedHandler:
     def answer_claim(self, claim: HostedClaim) -> HostedClaimReply:
         try:
             url = claim.output_dir
-            if url not in self.leases:
-                self._check_storage(url)
-                self.leases[url] = lease.acquire(url, self.run_id, self.storage_options)
+            if url not in self.leases:  # else taken by the Python API on the driver, before the workers
+                self.take(url)
+            if url not in self.claims:
                 notice(f"{_short(claim.trainer)} writes its checkpoints to {url}")
             self.claims[url] = claim
             self._start_reporters(claim)
@@ -70,6 +70,13 @@ class HostedHandler:
         except (ConfigError, StorageError) as exc:
             self.refused = str(exc)
             return HostedClaimReply(error=self.refused)
+
+    def take(self, url: str):
+        """The output_dir's storage probed and its one-writer lease taken for the job (raises ConfigError or
+        StorageError). The Python API takes it on the driver before any worker starts; a script's first claim
+        otherwise."""
+        self._check_storage(url)
+        self.leases[url] = lease.acquire(url, self.run_id, self.storage_options)
 
     def _check_storage(self, url: str):
         if storage.is_local(url) and _connected() and cluster.workers_may_be_elsewhere():

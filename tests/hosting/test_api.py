@@ -86,3 +86,29 @@ def test_trl_configs_are_rebuilt_for_the_worker_group_size():
 
 def test_seq2seq_trainer_passes_the_class_checks():
     assert callable(raytrainer.hosted(Seq2SeqTrainer, num_workers=2))
+
+
+def test_storage_and_the_lease_are_checked_on_the_driver_before_any_worker(tmp_path, monkeypatch):
+    """The arguments are on the driver: an output_dir another run writes, or S3 without credentials, is refused
+    by train() itself, one message, and nothing is dispatched (no Ray, no worker group)."""
+    from raytrainer.checkpoint import lease
+    from raytrainer.errors import StorageError
+    from raytrainer.hosting import api
+
+    def dispatched(*args, **kwargs):
+        raise AssertionError("dispatched: the check came after the workers")
+    monkeypatch.setattr(api, "dispatch_order", dispatched)
+    build = raytrainer.hosted(TeamTrainer, num_workers=2)
+    held = lease.acquire(str(tmp_path / "run"), "another-run", heartbeat=False)
+    try:
+        trainer = build(model=torch.nn.Linear(2, 2), args=TrainingArguments(output_dir=str(tmp_path / "run")))
+        with pytest.raises(StorageError, match="is being written by another run"):
+            trainer.train()
+    finally:
+        held.release()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    remote = raytrainer.hosted(TeamTrainer, num_workers=2, storage_options={"endpoint_url": "http://127.0.0.1:9"})
+    trainer = remote(model=torch.nn.Linear(2, 2), args=TrainingArguments(output_dir="s3://nobucket/run"))
+    with pytest.raises(StorageError, match="No usable credentials for s3://nobucket/run"):
+        trainer.train()
