@@ -21,7 +21,7 @@ from ..errors import ConfigError, missing_package
 from . import options as tune_options, resources
 from .hf_names import BestRun, default_compute_objective, default_hp_space_ray
 from .report import OBJECTIVE
-from .trial import TrialRecipe, run_trial, takes_trial, trial_arguments, user_callbacks
+from .trial import ShippedRecipe, TrialRecipe, run_trial, takes_trial, trial_arguments, user_callbacks
 
 BACKENDS = ("ray", "optuna")
 CHECKPOINT_PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # read by Tune's controller when fit() starts
@@ -63,7 +63,8 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
     recipe = TrialRecipe(trainer=driverless_copy(trainer), callbacks=user_callbacks(trainer),
                          compute_objective=compute_objective or default_compute_objective, hp_name=hp_name,
                          output_dir=trainer.args.output_dir)
-    trainable = tune.with_resources(tune.with_parameters(run_trial, recipe=recipe), opts.resources)
+    shipped = ShippedRecipe.of(recipe, ship_modules=cluster.workers_may_be_elsewhere())
+    trainable = tune.with_resources(tune.with_parameters(run_trial, recipe=shipped), opts.resources)
     tuner = make_tuner(trainable, space, opts, trainer.args)
     with state_saved_often():
         grid = tuner.fit()

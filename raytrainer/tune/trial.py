@@ -20,9 +20,9 @@ import copy
 import dataclasses
 import inspect
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from .. import storage
+from .. import code_paths, storage
 from ..callbacks.base import CallbackHandler
 from ..callbacks.progress import PrinterCallback, ProgressCallback
 from ..callbacks.reporters import reporter_callbacks
@@ -49,6 +49,31 @@ class TrialRecipe:
     compute_objective: Callable[[Dict[str, float]], float]
     hp_name: Optional[Callable[[Dict[str, Any]], str]]
     output_dir: str  # the sweep's: each trial's run is a folder in it
+
+
+@dataclasses.dataclass(frozen=True)
+class ShippedRecipe:
+    """The recipe as Tune's trial actors receive it: the driver's import path (code_paths.py) beside the pickled
+    recipe, installed before the recipe is unpickled. A model, dataset or collator class from a folder the
+    script put on sys.path (or from a module of the driver's, on several nodes) then unpickles in the trial's
+    actor as it does on raytrainer's workers; Tune starts its actors with Ray's paths only."""
+
+    code: Any  # code_paths.DriverCode
+    pickled: bytes
+
+    @classmethod
+    def of(cls, recipe: TrialRecipe, ship_modules: bool) -> "ShippedRecipe":
+        import cloudpickle
+        import ray
+
+        return cls(code_paths.capture(ship=ship_modules, put=ray.put), cloudpickle.dumps(recipe))
+
+    def open(self) -> TrialRecipe:
+        import cloudpickle
+        import ray
+
+        code_paths.install(self.code, fetch=ray.get)
+        return cloudpickle.loads(self.pickled)
 
 
 def run_name(recipe: TrialRecipe, config: Dict[str, Any], trial_id: str) -> str:
@@ -121,9 +146,12 @@ def user_callbacks(trainer) -> List[Any]:
             if not isinstance(c, (ProgressCallback, PrinterCallback) + reporters)]
 
 
-def run_trial(config: Dict[str, Any], recipe: TrialRecipe):
+def run_trial(config: Dict[str, Any], recipe: Union[ShippedRecipe, TrialRecipe]):
     """The Tune trainable: one raytrainer run for this trial, its evaluations reported to Tune."""
     from ray import tune
+
+    if isinstance(recipe, ShippedRecipe):
+        recipe = recipe.open()
 
     os.environ.setdefault(THREAD_TIMEOUT_ENV, THREAD_TIMEOUT_S)  # read by this actor's next reset_config
     trial_id = tune.get_context().get_trial_id()

@@ -2,6 +2,7 @@
 trainable itself runs in tests/tune/test_search.py's real sweeps."""
 
 import pickle
+import sys
 
 import pytest
 
@@ -12,6 +13,7 @@ from raytrainer.tune.report import TuneReport
 from raytrainer.tune.search import driverless_copy
 from raytrainer.tune.trial import (
     ModelInitWithTrial,
+    ShippedRecipe,
     TrialRecipe,
     run_name,
     takes_trial,
@@ -90,3 +92,21 @@ def test_the_trials_trainer_has_its_own_arguments_callbacks_and_pool(tmp_path):
     assert len(copied) == 1 and copied[0] is not stop  # each trial's own state
     assert trial._pool_user is not trainer._pool_user and trial.state is not trainer.state
     assert trainer.args.output_dir == str(tmp_path / "sweep")  # the user's Trainer is left as it was
+
+
+def test_a_shipped_recipe_brings_the_drivers_import_path(tmp_path, monkeypatch):
+    """A class from a folder the script put on sys.path unpickles in Tune's trial actor, which Tune starts with
+    Ray's paths only: the recipe travels pickled beside the driver's import path, installed first."""
+    folder = tmp_path / "user_code"
+    folder.mkdir()
+    (folder / "sweep_user_module.py").write_text("class Marker:\n    pass\n")
+    monkeypatch.syspath_prepend(str(folder))
+    import sweep_user_module
+
+    recipe = TrialRecipe(trainer=None, callbacks=[sweep_user_module.Marker()],
+                         compute_objective=default_compute_objective, hp_name=None, output_dir=str(tmp_path))
+    shipped = ShippedRecipe.of(recipe, ship_modules=False)
+    monkeypatch.delitem(sys.modules, "sweep_user_module")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(folder)])
+    opened = shipped.open()
+    assert type(opened.callbacks[0]).__name__ == "Marker" and str(folder) in sys.path
