@@ -58,8 +58,10 @@ class HostedHandler:
     def answer_claim(self, claim: HostedClaim) -> HostedClaimReply:
         try:
             url = claim.output_dir
-            if url not in self.leases:  # else taken by the Python API on the driver, before the workers
+            if url not in self.leases:
                 self.take(url)
+            else:  # taken on the driver before Ray started (api.py, launch_script.py): Ray is up now
+                self._check_nodes(url)
             if url not in self.claims:
                 notice(f"{_short(claim.trainer)} writes its checkpoints to {url}")
             self.claims[url] = claim
@@ -73,18 +75,18 @@ class HostedHandler:
 
     def take(self, url: str):
         """The output_dir's storage probed and its one-writer lease taken for the job (raises ConfigError or
-        StorageError). The Python API takes it on the driver before any worker starts; a script's first claim
-        otherwise."""
-        self._check_storage(url)
+        StorageError). Taken on the driver before any worker starts where the driver knows the output_dir (the
+        Python API's arguments, a launched script's `--output_dir`); at a Trainer's first claim otherwise."""
+        self._check_nodes(url)
+        storage.check_writable(url, self.storage_options)
         self.leases[url] = lease.acquire(url, self.run_id, self.storage_options)
 
-    def _check_storage(self, url: str):
+    def _check_nodes(self, url: str):
         if storage.is_local(url) and _connected() and cluster.workers_may_be_elsewhere():
             raise StorageError(
                 f"output_dir={url!r} is a local path, but the workers may run on {cluster.alive_node_count()} "
                 "nodes: checkpoints written there could not be read back from the other nodes. Use shared "
                 "storage (s3://..., or a path every node mounts).")
-        storage.check_writable(url, self.storage_options)
 
     def _start_reporters(self, claim: HostedClaim):
         """The first claim starts the reporters the script's arguments name (unless some were given beside the

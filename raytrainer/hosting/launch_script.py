@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from ..coordinator import holders
 from ..errors import ConfigError
 from ..protocol import HostedOrder, HostedResult, HostedScript, LogLevels
+from ..storage.urls import absolute_if_local
 from ..verbosity import notice, quiet_driver, worker_level
 from .callbacks import driver_callbacks
 from .dispatch_order import dispatch_order
@@ -51,14 +52,35 @@ def launch_script(script: str, script_args: Sequence[str], options: HostedOption
     claims = HostedHandler(callbacks, run_id, options.resume, options.storage_options, reporters_named)
     # The group stays in the process's pool for the next launch() or hosted() call (released at exit).
     user = holders.PoolUser(owner=f"raytrainer launch {script}")
-    result = dispatch_order(HostedScript(path, text, tuple(script_args), os.getcwd()), order, options, callbacks,
-                            claims, user)
+    try:
+        named = named_output_dir(script_args)
+        if named is not None:
+            # HF's scripts take `--output_dir`: its storage is probed and its lease taken here, before Ray and
+            # the workers start and the script's top runs (a second driver, bad credentials, an unreachable
+            # endpoint: one line at once). A Trainer's claim of that output_dir finds it taken by this job.
+            claims.take(named)
+        result = dispatch_order(HostedScript(path, text, tuple(script_args), os.getcwd()), order, options,
+                                callbacks, claims, user)
+    finally:
+        claims.close()
     stop_if_interrupted(result, "run the same command to continue")
     for record in result.runs:
         saved = (f"last checkpoint {record['checkpoint']}" if record["checkpoint"] else
                  f"no checkpoint saved (output_dir {record['output_dir']})")
         notice(f"{record['trainer'].rsplit('.', 1)[-1]} trained {record['global_step']} steps; {saved}")
     return result
+
+
+def named_output_dir(script_args: Sequence[str]) -> Optional[str]:
+    """The script's `--output_dir` (HfArgumentParser's spelling, `--output_dir X` or `--output_dir=X`), as the
+    workers will name it (they run the script in this directory), or None."""
+    args = list(script_args)
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "--output_dir" and i + 1 < len(args) else (
+            arg.split("=", 1)[1] if arg.startswith("--output_dir=") else None)
+        if value:
+            return absolute_if_local(value)
+    return None
 
 
 def read_script(path: str) -> str:

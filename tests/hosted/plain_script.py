@@ -58,7 +58,7 @@ class Faults(TrainerCallback):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--output_dir", "--out", required=True)  # --out: a name the driver does not read
     parser.add_argument("--results", required=True)
     parser.add_argument("--max_steps", type=int, default=8)
     parser.add_argument("--save_steps", type=int, default=3)

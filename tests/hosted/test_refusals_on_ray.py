@@ -1,6 +1,7 @@
 """A claim the driver refuses on a worker's behalf (storage without credentials, an output_dir another run
 writes) ends `raytrainer launch` as one line naming the fix and exit status 2, not as the worker's traceback
-wrapped in the driver's (hosting/dispatch_order.py: the handler's refusal is raised on the driver)."""
+wrapped in the driver's (hosting/dispatch_order.py: the handler's refusal is raised on the driver). The same
+refusal, when the script is given `--output_dir` (which the driver reads), comes before Ray and the workers."""
 
 from __future__ import annotations
 
@@ -14,12 +15,22 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_script.
 def test_a_refused_claim_is_one_line_and_exit_status_2(tmp_path, capfd, ray_session, monkeypatch):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    status = main(["launch", "--num_workers", "1", "--disable_tqdm", "--storage_options",
-                   "endpoint_url=http://127.0.0.1:9", SCRIPT, "--output_dir", "s3://nobucket/run", "--results",
-                   str(tmp_path / "res")])
-    err = capfd.readouterr().err
-    assert status == 2
-    errors = [line for line in err.splitlines() if line.startswith("raytrainer: error:")]
-    assert len(errors) == 1 and "No usable credentials for s3://nobucket/run" in errors[0]
-    assert "storage_options" in errors[0]  # the fix is named
-    assert "Traceback" not in err and "TrainingError" not in err
+    from raytrainer.hosting import dispatch_order
+
+    dispatched = []
+    real = dispatch_order.dispatch.dispatch_job
+    monkeypatch.setattr(dispatch_order.dispatch, "dispatch_job", lambda *a, **k: dispatched.append(1) or real(*a, **k))
+    for named in ("--out", "--output_dir"):  # claimed by the script's Trainer on rank 0; read by the driver
+        status = main(["launch", "--num_workers", "1", "--disable_tqdm", "--storage_options",
+                       "endpoint_url=http://127.0.0.1:9", SCRIPT, named, "s3://nobucket/run", "--results",
+                       str(tmp_path / "res")])
+        captured = capfd.readouterr()
+        err = captured.err
+        assert status == 2, named
+        errors = [line for line in err.splitlines() if line.startswith("raytrainer: error:")]
+        assert len(errors) == 1 and "No usable credentials for s3://nobucket/run" in errors[0], named
+        assert "storage_options" in errors[0]  # the fix is named
+        assert "Traceback" not in err and "TrainingError" not in err
+        # The job went to the workers (its Trainer claimed there) only where the driver could not read the
+        # output_dir.
+        assert len(dispatched) == 1, (named, dispatched)

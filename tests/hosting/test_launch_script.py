@@ -33,3 +33,27 @@ def test_num_workers_0_runs_the_script_in_this_process_without_ray(tmp_path, mon
                                         "--max_steps", "4"], num_workers=0, disable_tqdm=True)
     assert [r["global_step"] for r in result.runs] == [4]
     assert [(i.step, i.committed) for i in list_checkpoints(str(tmp_path / "run"))] == [(3, True), (4, True)]
+
+
+def test_the_scripts_output_dir_is_probed_and_leased_before_ray_starts(tmp_path, monkeypatch):
+    """`--output_dir` (HF's scripts' argument) is known before the script runs: an output_dir another run writes
+    is refused here, before Ray, the workers and the script's top (a second driver: one line at once)."""
+    import os
+
+    from raytrainer.checkpoint import lease
+    from raytrainer.coordinator import cluster
+    from raytrainer.errors import StorageError
+    from raytrainer.hosting.launch_script import named_output_dir
+
+    assert named_output_dir(["--max_steps", "4", "--output_dir", "run"]) == os.path.abspath("run")
+    assert named_output_dir(["--output_dir=s3://b/run"]) == "s3://b/run"
+    assert named_output_dir(["--output_dir"]) is None and named_output_dir(["--output_root", "x"]) is None
+
+    monkeypatch.setattr(cluster, "connect", lambda *a, **k: pytest.fail("Ray was asked for"))
+    script = os.path.join(ROOT, "tests", "hosted", "plain_script.py")
+    held = lease.acquire(str(tmp_path / "run"), "another-run", heartbeat=False)
+    try:
+        with pytest.raises(StorageError, match="is being written by another run"):
+            raytrainer.launch(script, ["--output_dir", str(tmp_path / "run")], num_workers=2, disable_tqdm=True)
+    finally:
+        held.release()
