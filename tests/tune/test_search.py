@@ -149,6 +149,8 @@ def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_
     # The best trial (interrupted, then resumed from its checkpoint) ends where a plain uninterrupted run ends.
     plain = trainer_of(arguments(str(tmp_path / "plain"), learning_rate=1e-2))
     plain.train()
-    assert plain.evaluate()["eval_loss"] == best.objective
+    plain_loss = plain.evaluate()["eval_loss"]
+    print(f"best objective {best.objective!r}, Tune's record {results[1e-2]['objective']!r}, plain run {plain_loss!r}")
+    assert plain_loss == best.objective
     with open(os.path.join(second, "checkpoint-6", "trainer_state.json")) as f:
         assert json.load(f)["global_step"] == 6
