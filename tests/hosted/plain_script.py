@@ -71,21 +71,31 @@ def main():
     parser.add_argument("--hang_s", type=float, default=0)
     parser.add_argument("--hang_marker", default="")
     options = parser.parse_args()
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    model = tiny_llama()
     args = TrainingArguments(output_dir=options.output_dir, max_steps=options.max_steps, save_steps=options.save_steps,
                              per_device_train_batch_size=2, logging_steps=1, learning_rate=1e-3, seed=42,
                              report_to="none", disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
                              dataloader_num_workers=0)
     trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[Faults(options)])
     trainer.train()
+    write_results(trainer, options.results)
+
+
+def tiny_llama(**config) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        **config))
+
+
+def write_results(trainer, results: str):
+    """Rank 0: RESULTS/log_history.json and RESULTS/weights.safetensors, what the tests compare."""
     if trainer.is_world_process_zero():
-        os.makedirs(options.results, exist_ok=True)
-        with open(os.path.join(options.results, "log_history.json"), "w") as f:
+        os.makedirs(results, exist_ok=True)
+        with open(os.path.join(results, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f)
         save_file({k: v.detach().cpu().contiguous() for k, v in trainer.model.state_dict().items()},
-                  os.path.join(options.results, "weights.safetensors"))
+                  os.path.join(results, "weights.safetensors"))
 
 
 if __name__ == "__main__":

@@ -13,15 +13,17 @@ writes RES/log_history.json and RES/weights.safetensors at the end."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import time
 
 import torch
-from plain_script import Rows  # this folder is first on sys.path, as for `python stops_script.py`
-from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+from plain_script import (  # this folder is first on sys.path, as for `python stops_script.py`
+    Rows,
+    tiny_llama,
+    write_results,
+)
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 
 class Faults(TrainerCallback):
@@ -52,10 +54,7 @@ def main():
     parser.add_argument("--pause_s", type=float, default=0)
     parser.add_argument("--marker", default="")
     options = parser.parse_args()
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                         attention_dropout=0.2))
+    model = tiny_llama(attention_dropout=0.2)
     args = TrainingArguments(output_dir=options.output_dir, max_steps=options.max_steps, save_steps=1000,
                              per_device_train_batch_size=2, logging_steps=1, learning_rate=1e-3, seed=42,
                              lr_scheduler_type="constant", report_to="none", disable_tqdm=True,
@@ -67,12 +66,7 @@ def main():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(2)  # the script's own work (tokenizing, say): no training loop to save at
     trainer.train()
-    if trainer.is_world_process_zero():
-        os.makedirs(options.results, exist_ok=True)
-        with open(os.path.join(options.results, "log_history.json"), "w") as f:
-            json.dump(trainer.state.log_history, f)
-        save_file({k: v.detach().cpu().contiguous() for k, v in trainer.model.state_dict().items()},
-                  os.path.join(options.results, "weights.safetensors"))
+    write_results(trainer, options.results)
 
 
 if __name__ == "__main__":
