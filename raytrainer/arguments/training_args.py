@@ -220,8 +220,8 @@ class TrainingArguments(DriverView, WorkerRange):
 
     # --- reporting and optimizer options ---
     report_to: None | str | list[str] = _help(
-        "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow' "
-        "and those added with register_reporter().", default="none")
+        "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow', "
+        "'wandb' and those added with register_reporter().", default="none")
     logging_dir: Optional[str] = _ours(
         "TensorBoard log directory, local or a URL (s3://...): transformers 4's name, kept for scripts "
         "(transformers 5 reads TENSORBOARD_LOGGING_DIR). Default: TENSORBOARD_LOGGING_DIR, else "

@@ -16,6 +16,8 @@ import dataclasses
 from typing import Any, Dict, Tuple
 
 SAME, DIFFERENT, REFUSED, OURS = "same", "different", "refused", "ours"
+# What the Trackio arguments' refusal proposes instead.
+NO_TRACKIO = "use report_to='tensorboard', 'mlflow' or 'wandb', or register_reporter() for another tracker."
 
 _OUT_OF_MEMORY = ("a rank that runs out of memory inside DDP's or FSDP's collectives leaves the other ranks waiting, "
                   "so the batch cannot be halved mid-run with every rank agreeing")
@@ -85,17 +87,13 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
                                      "times."),
     "disable_tqdm": (SAME, "The progress bar is the driver's. transformers' None becomes False here, as it does "
                            "there unless the transformers logger is set above WARNING."),
-    "report_to": (SAME, "'none', 'all', 'tensorboard', 'mlflow' and reporters added with register_reporter(); "
-                        "others are refused."),
+    "report_to": (SAME, "'none', 'all', 'tensorboard', 'mlflow', 'wandb' and reporters added with "
+                        "register_reporter(); others are refused."),
     "run_name": (SAME, ""),
-    "project": (REFUSED, "it names a Trackio project and raytrainer has no Trackio reporter; use report_to="
-                         "'tensorboard' or 'mlflow', or register_reporter() for another tracker."),
-    "trackio_space_id": (REFUSED, "raytrainer has no Trackio reporter; use report_to='tensorboard' or 'mlflow', or "
-                                  "register_reporter() for another tracker."),
-    "trackio_bucket_id": (REFUSED, "raytrainer has no Trackio reporter; use report_to='tensorboard' or 'mlflow', or "
-                                   "register_reporter() for another tracker."),
-    "trackio_static_space_id": (REFUSED, "raytrainer has no Trackio reporter; use report_to='tensorboard' or "
-                                         "'mlflow', or register_reporter() for another tracker."),
+    "project": (REFUSED, "it names a Trackio project and raytrainer has no Trackio reporter; " + NO_TRACKIO),
+    "trackio_space_id": (REFUSED, "raytrainer has no Trackio reporter; " + NO_TRACKIO),
+    "trackio_bucket_id": (REFUSED, "raytrainer has no Trackio reporter; " + NO_TRACKIO),
+    "trackio_static_space_id": (REFUSED, "raytrainer has no Trackio reporter; " + NO_TRACKIO),
     "eval_strategy": (SAME, ""),
     "eval_steps": (SAME, ""),
     "eval_delay": (SAME, ""),
