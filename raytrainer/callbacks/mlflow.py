@@ -23,10 +23,9 @@ import warnings
 
 from ..errors import missing_package
 from .base import TrainerCallback
-from .reporters import rank_metrics
+from .reporters import AXIS_KEYS, rank_metrics
 
 TRUE = ("1", "TRUE", "YES", "ON")
-AXIS_KEYS = ("step",)
 
 
 def _flag(name: str) -> bool:

@@ -42,3 +42,24 @@ def rank_metrics(rank_stats) -> dict:
         out.update({f"rank{rank}/{k}": v for k, v in figures.items()
                     if k != "rank" and isinstance(v, (int, float)) and not isinstance(v, bool)})
     return out
+
+
+AXIS_KEYS = ("step",)  # the x axis, not a curve
+
+
+def rewrite_logs(logs: dict) -> dict:
+    """HF's tag names (its TensorBoard and W&B reporters'): eval_x -> eval/x, test_x -> test/x, everything else
+    train/x (ours: rankN/x stays)."""
+    out = {}
+    for key, value in logs.items():
+        if key in AXIS_KEYS:
+            continue
+        if key.startswith("rank") and "/" in key:
+            out[key] = value
+        elif key.startswith("eval_"):
+            out["eval/" + key[len("eval_"):]] = value
+        elif key.startswith("test_"):
+            out["test/" + key[len("test_"):]] = value
+        else:
+            out["train/" + key] = value
+    return out

@@ -20,26 +20,7 @@ import warnings
 from .. import storage
 from ..errors import missing_package
 from .base import TrainerCallback
-from .reporters import rank_metrics
-
-AXIS_KEYS = ("step",)  # the x axis, not a curve
-
-
-def rewrite_logs(logs: dict) -> dict:
-    """HF's tag names: eval_x -> eval/x, test_x -> test/x, everything else train/x (ours: rankN/x stays)."""
-    out = {}
-    for key, value in logs.items():
-        if key in AXIS_KEYS:
-            continue
-        if key.startswith("rank") and "/" in key:
-            out[key] = value
-        elif key.startswith("eval_"):
-            out["eval/" + key[len("eval_"):]] = value
-        elif key.startswith("test_"):
-            out["test/" + key[len("test_"):]] = value
-        else:
-            out["train/" + key] = value
-    return out
+from .reporters import rank_metrics, rewrite_logs
 
 
 class TensorBoardCallback(TrainerCallback):

@@ -30,7 +30,7 @@ import warnings
 from .. import storage
 from ..errors import missing_package
 from .base import TrainerCallback
-from .reporters import rank_metrics
+from .reporters import AXIS_KEYS, rank_metrics, rewrite_logs
 
 logger = logging.getLogger("raytrainer")
 
@@ -38,22 +38,6 @@ RUN_FILE = "wandb_run.json"  # in each committed checkpoint: the W&B run to cont
 # HF's figures of the whole run: the run's summary, not a point of its history.
 SINGLE_VALUE_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss",
                         "total_flos")
-AXIS_KEYS = ("step",)
-
-
-def rewrite_logs(logs: dict) -> dict:
-    """HF's names: `eval_x` -> `eval/x`, `test_x` -> `test/x`, anything else -> `train/x`."""
-    out = {}
-    for key, value in logs.items():
-        if key.startswith("eval_"):
-            out["eval/" + key[len("eval_"):]] = value
-        elif key.startswith("test_"):
-            out["test/" + key[len("test_"):]] = value
-        else:
-            out["train/" + key] = value
-    return out
-
-
 def _number(value):
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()

@@ -29,15 +29,17 @@ def store(tracking_uri, request, monkeypatch):
         mlflow.end_run()
 
 
-def train(tmp_path, **overrides):
+def train(tmp_path, report_to="mlflow", resume=None, **overrides):
+    """A reporter's run in this process (num_workers=0): 6 steps, a log every 2, an evaluation every 3, with a
+    storage secret the reporter must not show. tests/callbacks/test_wandb.py runs its reporter through it too."""
     args = dict(output_dir=str(tmp_path / "out"), num_workers=0, per_device_train_batch_size=4, max_steps=6,
                 learning_rate=1e-2, optim="adamw_torch", logging_steps=2, eval_strategy="steps", eval_steps=3,
-                save_strategy="no", disable_tqdm=True, report_to="mlflow", run_name="tiny",
+                save_strategy="no", disable_tqdm=True, report_to=report_to, run_name="tiny",
                 storage_options={"key": "AKIAEXAMPLE", "secret": "s3cr3t"})
     args.update(overrides)
     trainer = Trainer(model=make_model(), args=TrainingArguments(**args), train_dataset=TokenData(40),
                       eval_dataset=TokenData(12, seed=1))
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer
 
 

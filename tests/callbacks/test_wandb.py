@@ -11,8 +11,7 @@ import pytest
 wandb = pytest.importorskip("wandb")
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
-from raytrainer import Trainer, TrainingArguments  # noqa: E402
-from tests.models import TokenData, make_model  # noqa: E402
+from tests.callbacks.test_mlflow import train as reporting_run  # noqa: E402
 
 BLOCK, HEADER = 32768, 7  # wandb's record log: leveldb's log format after a 7-byte header (":W&B", magic, version)
 
@@ -80,15 +79,7 @@ def read_runs(root):
 
 
 def train(tmp_path, resume=None, **overrides):
-    args = dict(output_dir=str(tmp_path / "out"), num_workers=0, per_device_train_batch_size=4, max_steps=6,
-                learning_rate=1e-2, optim="adamw_torch", logging_steps=2, eval_strategy="steps", eval_steps=3,
-                save_strategy="no", disable_tqdm=True, report_to="wandb", run_name="tiny",
-                storage_options={"key": "AKIAEXAMPLE", "secret": "s3cr3t"})
-    args.update(overrides)
-    trainer = Trainer(model=make_model(), args=TrainingArguments(**args), train_dataset=TokenData(40),
-                      eval_dataset=TokenData(12, seed=1))
-    trainer.train(resume_from_checkpoint=resume)
-    return trainer
+    return reporting_run(tmp_path, report_to="wandb", resume=resume, **overrides)
 
 
 def series(run, key):
