@@ -143,8 +143,14 @@ class LocalCluster:
     def _alive_in_gcs(self) -> int:
         code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
                 "print(sum(n['Alive'] for n in ray.nodes()))")
-        out = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
-                             timeout=60, env=_node_env())
+        try:
+            out = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
+                                 timeout=60, env=_node_env())
+        except subprocess.TimeoutExpired:
+            # A connect to a head still starting can hang past the check's own limit (a fresh virtualenv's first
+            # imports, a loaded machine: a CI run's first minute): not up yet, asked again until wait_for_nodes'
+            # deadline.
+            return 0
         return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 
     # ------------------------------------------------------------------ internals
