@@ -58,7 +58,7 @@ def dispatch_job(packed: transfer.Packed, kind: JobKind, *, spec: RunSpec, handl
         group.busy = True  # no other call takes or releases it meanwhile (holders.py)
         try:
             result = pump.run_job_on_group(group, packed, handlers, spec.max_failures, receive, kind=kind,
-                                           stops_at_a_step=spec.stops_at_a_step, startup=startup)
+                                           startup=startup)
         finally:
             group.busy = False
         if result is not pump.NOT_POSTED:

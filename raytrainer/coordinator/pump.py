@@ -48,13 +48,12 @@ def run_job_in_process(trainer, order: WorkOrder, handlers: JobHandlers, use_gpu
 
 
 def run_job_on_group(group, packed, handlers: JobHandlers, max_failures: int, receive: Callable[[Any], Any],
-                     kind: JobKind, stops_at_a_step: bool = True, startup: Optional[Startup] = None) -> Any:
+                     kind: JobKind, startup: Optional[Startup] = None) -> Any:
     """Run a job on `group` (`group.WorkerGroup`). `packed`: the trainer and work order (`transfer.Packed`); its arrays
     go into the object store once, here, and every worker (and every replaced worker group) maps them from
     there. `receive(result)` runs while the objects in the result (the trained weights, owned by rank 0)
     still exist. Returns NOT_POSTED when the group had just closed (idle timeout): start another.
-    `stops_at_a_step`: what Ctrl-C does (`RunSpec.stops_at_a_step`). `startup`: train()'s start-up timeline,
-    marked here (object store, sink start)."""
+    `startup`: train()'s start-up timeline, marked here (object store, sink start)."""
     import ray
 
     from .. import code_paths
@@ -73,7 +72,7 @@ def run_job_on_group(group, packed, handlers: JobHandlers, max_failures: int, re
         startup.driver.mark("sink start")
         startup.posted_at = time.time()  # rank 0's taking the job, stamped by the sink, ends "group start"
     try:
-        return _pump_job(group, job_id, handlers, receive, stops_at_a_step=stops_at_a_step)
+        return _pump_job(group, job_id, handlers, receive)
     except _JobFailed as failed:  # a worker raised: Ray Train replaces the group, which serves the next call
         error = TrainingError(str(failed))
         error.worker_traceback = failed.worker_traceback
@@ -93,7 +92,7 @@ class _JobFailed(Exception):
 
 
 def _pump_job(group, job_id: str, handlers: JobHandlers, receive: Callable[[Any], Any],
-              get: Optional[Callable[[Any], Any]] = None, stops_at_a_step: bool = True) -> Any:
+              get: Optional[Callable[[Any], Any]] = None) -> Any:
     """Run callbacks on the job's events as they come, and read the result as soon as rank 0 has set it
     (it waits for that: it owns the trained weights' object). Messages of an earlier job are dropped.
     `get`: `ray.get`; the tests pass their own, with a plain sink behind a fake group (tests/coordinator)."""
@@ -145,7 +144,7 @@ def _pump_job(group, job_id: str, handlers: JobHandlers, receive: Callable[[Any]
 
     # No progress for a while and Ray holds demands it cannot place (a Ray Data task, this worker group): say so.
     waiting = PendingWatch()
-    with _first_ctrl_c_stops(sink, graceful=stops_at_a_step) as stopping:
+    with _first_ctrl_c_stops(sink) as stopping:
         while not ended() and group.thread_alive():
             pump(POLL_INTERVAL_S)
             stopping.relay()
@@ -170,9 +169,8 @@ class _first_ctrl_c_stops:
     only sets a flag: a KeyboardInterrupt in the middle of the pump could drop a control request that rank 0
     waits on. Only the main thread can set handlers; elsewhere Ctrl-C keeps Python's behaviour."""
 
-    def __init__(self, sink, graceful: bool = True):
+    def __init__(self, sink):
         self.sink = sink
-        self.graceful = graceful  # False: the hosted mode's ranks read no stop request; Ctrl-C abandons the run
         self.pressed = self.relayed = False
         self.previous = None
 
@@ -184,7 +182,7 @@ class _first_ctrl_c_stops:
         return self
 
     def _on_sigint(self, signum, frame):
-        if not self.graceful or self.pressed:
+        if self.pressed:
             print("[raytrainer] interrupted: the run is abandoned; its last committed checkpoint stays, and the "
                   "same command (or call) again resumes from it", flush=True)
             raise KeyboardInterrupt

@@ -24,9 +24,8 @@ class RunSpec(WorkerRange):
     `elastic_resize_monitor_interval_s`: how often Ray Train looks for room to resize an elastic group;
     `worker_idle_timeout_s`: an idle group's life; `ddp_timeout`: the process group's collective timeout (s);
     `ray_address`: the cluster to join; `run_name`: names the groups; `storage_options`: fsspec's, for the run's
-    URLs; `ray_train_log_level`: Ray Train's logging (DEBUG when verbose); `stops_at_a_step`: Ctrl-C asks
-    every rank to save at a step and stop (False: the ranks read no stop request, and Ctrl-C abandons the
-    run). The defaults are `TrainingArguments`' (tests/coordinator/test_spec.py)."""
+    URLs; `ray_train_log_level`: Ray Train's logging (DEBUG when verbose). The defaults are
+    `TrainingArguments`' (tests/coordinator/test_spec.py)."""
     num_workers: Workers
     use_gpu: bool
     resources_per_worker: Optional[Dict[str, float]] = None
@@ -39,7 +38,6 @@ class RunSpec(WorkerRange):
     run_name: Optional[str] = None
     storage_options: Optional[Dict[str, Any]] = None
     ray_train_log_level: str = "WARNING"
-    stops_at_a_step: bool = True
 
     @classmethod
     def of_arguments(cls, args, use_gpu: bool, **overrides: Any) -> "RunSpec":

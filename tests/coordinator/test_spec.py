@@ -35,8 +35,6 @@ def test_built_from_the_arguments_every_field_the_coordinator_reads(tmp_path):
     assert (built.max_failures, built.max_preemptions, built.worker_idle_timeout_s) == (3, 1, 5)
     assert (built.elastic_resize_monitor_interval_s, built.ddp_timeout, built.ray_address) == (7, 60, "auto")
     assert (built.run_name, built.storage_options, built.ray_train_log_level) == ("r", {"key": "k"}, "DEBUG")
-    assert built.stops_at_a_step is True
-    assert RunSpec.of_arguments(args, use_gpu=False, stops_at_a_step=False).stops_at_a_step is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.max_failures = 0
 

@@ -69,11 +69,12 @@ def test_the_checks_are_those_of_the_topics_that_own_the_options():
     assert "run_name" not in inspect.getsource(checks.intervals_and_saving)
 
 
-def test_the_run_spec_stops_at_a_step_on_ctrl_c_and_keeps_the_options():
+def test_the_run_spec_keeps_the_options():
+    """(Ctrl-C saves at a step in a hosted run as in the own loop: tests/hosted/test_stops_on_ray.py.)"""
     options = hosted_options({"num_workers": 0, "max_failures": 2, "storage_options": {"k": "v"},
                               "log_level": "debug", "run_name": "sft"}, "here")
     spec = options.run_spec()
-    assert spec.in_process and spec.stops_at_a_step is True  # the relay saves first (worker/hosted/stops.py)
+    assert spec.in_process
     assert (spec.max_failures, spec.storage_options, spec.run_name) == (2, {"k": "v"}, "sft")
     assert spec.ray_train_log_level == "DEBUG"
 
