@@ -46,6 +46,13 @@ def _number(value):
     return value
 
 
+def _numbers(logs) -> dict:
+    """The numeric entries of a log record, the step axis left out (HF logs non-numbers as they are; W&B charts
+    only numbers)."""
+    values = {key: _number(value) for key, value in (logs or {}).items() if key not in AXIS_KEYS}
+    return {key: value for key, value in values.items() if value is not None}
+
+
 class WandbCallback(TrainerCallback):
     observes_only = True  # never changes control: the workers never wait for it
 
@@ -110,16 +117,14 @@ class WandbCallback(TrainerCallback):
             return None
 
     # ------------------------------------------------------------------ metrics
-    def _log(self, logs: dict, state, rank_stats=None, rewrite=True):
-        summary, metrics = {}, {}
-        for key, value in (logs or {}).items():
-            value = _number(value)
-            if key in AXIS_KEYS or value is None:
-                continue  # HF logs non-numbers as they are; W&B charts only numbers
-            (summary if key in SINGLE_VALUE_SCALARS else metrics)[key] = value
-        for key, value in summary.items():
-            self.run.summary[key] = value
-        metrics = rewrite_logs(metrics) if rewrite else metrics
+    def _log(self, logs: dict, state, rank_stats=None):
+        metrics = {}
+        for key, value in _numbers(logs).items():
+            if key in SINGLE_VALUE_SCALARS:
+                self.run.summary[key] = value
+            else:
+                metrics[key] = value
+        metrics = rewrite_logs(metrics)
         metrics.update(rank_metrics(rank_stats))
         if metrics:
             self.run.log({**metrics, "train/global_step": state.global_step}, step=state.global_step)
@@ -137,7 +142,7 @@ class WandbCallback(TrainerCallback):
 
     def on_predict(self, args, state, control, metrics=None, model=None, **kwargs):
         self._ensure_run(args, state, model)
-        self._log(rewrite_logs(metrics or {}), state, rewrite=False)
+        self._log(metrics, state)
 
     def _ensure_run(self, args, state, model):
         """trainer.evaluate() / predict() without train(): a run; after wandb.finish(): the same run again."""
@@ -159,7 +164,5 @@ class WandbCallback(TrainerCallback):
     def on_train_end(self, args, state, control, metrics=None, **kwargs):
         if self.run is None:
             return
-        for key, value in (metrics or {}).items():  # the run's summary (train_runtime, ...), as HF keeps it
-            value = _number(value)
-            if value is not None and key not in AXIS_KEYS:
-                self.run.summary[key] = value
+        for key, value in _numbers(metrics).items():  # the run's summary (train_runtime, ...), as HF keeps it
+            self.run.summary[key] = value
