@@ -16,6 +16,7 @@ from .. import storage
 from ..callbacks.base import TrainerCallback
 from ..errors import ConfigError
 from .hf_names import BestRun
+from .report import objective_of
 from .trial import TrialRecipe, run_name, trial_trainer
 
 OPTIMIZE_KWARGS = ("timeout", "n_jobs", "gc_after_trial", "catch")  # study.optimize's, as transformers takes them
@@ -37,8 +38,7 @@ class OptunaReport(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self.pruned:
             return
-        # As report.TuneReport: the log record's "step" is not one of evaluate()'s metrics.
-        self.objective = self.compute_objective({k: v for k, v in (metrics or {}).items() if k != "step"})
+        _, self.objective = objective_of(self.compute_objective, metrics)  # as report.TuneReport's
         if not self.prunes:
             return
         self.trial.report(self.objective, state.global_step)

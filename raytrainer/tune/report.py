@@ -35,6 +35,13 @@ def default_compute_objective(metrics: Dict[str, float]) -> float:
     return loss if len(metrics) == 0 else sum(metrics.values())
 
 
+def objective_of(compute_objective: Callable[[Dict[str, float]], Any], metrics: Optional[Dict[str, Any]]):
+    """An evaluation's metrics as transformers' evaluate() returns them (without the log record's "step", which
+    the loop's log adds: default_compute_objective would sum it into the objective), and their objective."""
+    metrics = {k: v for k, v in (metrics or {}).items() if k != "step"}
+    return metrics, compute_objective(dict(metrics))
+
+
 def tune_metrics(metrics: Dict[str, Any], objective: float, step: int, epoch: Optional[float]) -> Dict[str, Any]:
     """What one evaluation reports: its numeric metrics, the objective, the run's global step and epoch."""
     out = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -63,10 +70,7 @@ class TuneReport(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self.stopped:  # a stopped trial reports nothing more (Tune has closed its session)
             return
-        # The evaluation's metrics as transformers' evaluate() returns them: without the log record's "step",
-        # which the loop's log adds to them (default_compute_objective would sum it into the objective).
-        metrics = {k: v for k, v in (metrics or {}).items() if k != "step"}
-        objective = self.compute_objective(dict(metrics))
+        metrics, objective = objective_of(self.compute_objective, metrics)
         if objective is None or (isinstance(objective, float) and math.isnan(objective)):
             raise ValueError(f"compute_objective returned {objective!r} for the metrics {sorted(metrics)}: pass a "
                              "compute_objective that returns a number from the evaluation's metrics.")

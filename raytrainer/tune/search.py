@@ -60,9 +60,7 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
     holders.check_room({k: v * opts.tune_config["max_concurrent_trials"] for k, v in need.items()},
                        "the trials of hyperparameter_search")
 
-    recipe = TrialRecipe(trainer=driverless_copy(trainer), callbacks=user_callbacks(trainer),
-                         compute_objective=compute_objective or default_compute_objective, hp_name=hp_name,
-                         output_dir=trainer.args.output_dir)
+    recipe = recipe_of(trainer, compute_objective, hp_name)
     shipped = ShippedRecipe.of(recipe, ship_modules=cluster.workers_may_be_elsewhere())
     trainable = tune.with_resources(tune.with_parameters(run_trial, recipe=shipped), opts.resources)
     tuner = make_tuner(trainable, space, opts, trainer.args)
@@ -102,10 +100,7 @@ def optuna_search(trainer, hp_space, compute_objective, n_trials: int, direction
         check_direction(direction)
     space = optuna_space(hp_space)
     check_space(trainer, sample_optuna(space))
-    recipe = TrialRecipe(trainer=driverless_copy(trainer), callbacks=user_callbacks(trainer),
-                         compute_objective=compute_objective or default_compute_objective, hp_name=hp_name,
-                         output_dir=trainer.args.output_dir)
-    return run_optuna(recipe, space, n_trials, direction, **kwargs)
+    return run_optuna(recipe_of(trainer, compute_objective, hp_name), space, n_trials, direction, **kwargs)
 
 
 def choose_backend(backend) -> str:
@@ -161,6 +156,13 @@ def sample(space: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def recipe_of(trainer, compute_objective, hp_name) -> TrialRecipe:
+    """What every trial of either backend is built from."""
+    return TrialRecipe(trainer=driverless_copy(trainer), callbacks=user_callbacks(trainer),
+                       compute_objective=compute_objective or default_compute_objective, hp_name=hp_name,
+                       output_dir=trainer.args.output_dir)
+
+
 def driverless_copy(trainer):
     """The Trainer as each trial receives it: model built by model_init (never shipped), no callbacks, no pool
     (Trainer.__getstate__ leaves them out, as for its workers)."""
@@ -193,8 +195,7 @@ def make_tuner(trainable, space: Dict[str, Any], opts: tune_options.TuneOptions,
         run_config["storage_path"], filesystem = sweep_storage(args.output_dir, args.storage_options)
         if filesystem is not None:
             run_config.setdefault("storage_filesystem", filesystem)
-    path = storage.join(run_config["storage_path"], run_config["name"]) if run_config.get("storage_filesystem") \
-        is None else run_config["storage_path"].rstrip("/") + "/" + run_config["name"]
+    path = storage.join(run_config["storage_path"], run_config["name"])  # a local or a filesystem's path
     filesystem = run_config.get("storage_filesystem")
     if tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         if opts.resume is False:
