@@ -17,12 +17,17 @@ from ..protocol import Reason
 from ..worker.user_errors import WorkerError
 
 
+def unwrapped(exc: BaseException) -> BaseException:
+    """The exception a worker's code raised: Ray Train wraps it (`RayTaskError.cause`); a lost worker's is Ray's."""
+    return getattr(exc, "cause", None) or exc
+
+
 def first_worker_error(worker_failures: dict) -> str:
     """The message a user gets for a failed worker group: the lowest failed rank's own error (Ray Train
     wraps it; its `cause` is the exception the user's code raised). A worker's error is a `WorkerError`, one
     line that names the user's method (worker/user_errors.py); a rank that failed only because a peer died
     in a collective is named after the ranks that failed first."""
-    causes = sorted((rank, getattr(exc, "cause", None) or exc) for rank, exc in worker_failures.items())
+    causes = sorted((rank, unwrapped(exc)) for rank, exc in worker_failures.items())
     own = [(rank, cause) for rank, cause in causes if isinstance(cause, WorkerError)]
     if own:
         return str(min(own, key=lambda rc: (rc[1].in_collective, rc[0]))[1])
@@ -36,7 +41,7 @@ def failure_cause(worker_exceptions: dict) -> str:
     in a collective (gloo's "Connection reset by peer" on the survivors: a consequence, named last and short)."""
     own, lost, waiting = [], [], []
     for rank, exc in sorted(worker_exceptions.items()):
-        cause = getattr(exc, "cause", None) or exc
+        cause = unwrapped(exc)
         if not isinstance(cause, WorkerError):
             lost.append(f"rank {rank} lost{_where_and_why(cause)}")
         elif cause.in_collective:
@@ -82,7 +87,7 @@ class FailureRecorder(UserCallback):
 
         message = first_worker_error(worker_exceptions) if worker_exceptions else "the worker group failed"
         # An error marked `fatal` (a full disk, lost storage, a damaged checkpoint) fails the job at once.
-        causes = [getattr(exc, "cause", None) or exc for exc in worker_exceptions.values()]
+        causes = [unwrapped(exc) for exc in worker_exceptions.values()]
         fatal = any(getattr(cause, "fatal", False) for cause in causes)
         # The jobs whose own code raised (a user error): theirs, even if a rank had not taken the job yet. Not an
         # error inside a collective: that rank failed because a peer went away (a loss between calls, say).
