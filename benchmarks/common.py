@@ -250,12 +250,14 @@ def ship_by_value():
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: bool = False) -> float:
+def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: bool = False,
+              address: Optional[str] = None) -> float:
     """A fresh embedded Ray, as raytrainer's `cluster.connect()` starts one, but never another session's
     cluster: with address=None, ray.init joins whatever /tmp/ray/ray_current_cluster names (a `ray start`
     by someone else). raytrainer reuses an initialised Ray as it is. `root`: where the workers import
-    raytrainer from (another checkout, to measure its code). `dashboard`: for `ray.util.state`. Returns the
-    seconds it took."""
+    raytrainer from (another checkout, to measure its code). `dashboard`: for `ray.util.state`. `address`: a
+    running Ray to join instead, named on purpose (the test suite's, for a smoke run whose figures mean
+    nothing); its state API is the one RAY_API_SERVER_ADDRESS names, if set. Returns the seconds it took."""
     import ray
 
     t0 = time.perf_counter()
@@ -263,8 +265,13 @@ def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: 
     here = os.path.dirname(os.path.abspath(__file__))
     existing = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([here, root] + ([existing] if existing else [])))
-    ray.init(address="local", num_cpus=num_cpus, logging_level=logging.WARNING, include_dashboard=dashboard,
-             runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1"}})
+    env_vars = {"RAY_TRAIN_V2_ENABLED": "1"}
+    if address:
+        state_api = {k: os.environ[k] for k in ("RAY_API_SERVER_ADDRESS",) if os.environ.get(k)}
+        ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": {**env_vars, **state_api}})
+    else:
+        ray.init(address="local", num_cpus=num_cpus, logging_level=logging.WARNING, include_dashboard=dashboard,
+                 runtime_env={"env_vars": env_vars})
     return time.perf_counter() - t0
 
 

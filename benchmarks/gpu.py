@@ -388,6 +388,8 @@ def main(argv=None):
                         help="Ray's workers' niceness (RAY_worker_niceness; Ray's default 15), for the Ray this starts")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="a hosted job's thread switch interval, s (RAYTRAINER_JOB_SWITCH_INTERVAL_S; 0.05)")
+    parser.add_argument("--ray-address", default=None,
+                        help="join this running Ray instead of starting one (the test suite's, for --smoke)")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     opts.rounds = opts.rounds or (1 if opts.smoke else 3)
@@ -403,8 +405,9 @@ def main(argv=None):
         os.environ["RAYTRAINER_JOB_SWITCH_INTERVAL_S"] = str(opts.switch_interval)
     common.quiet_ray_logs()
     torch.set_num_threads(1 if opts.device == "cpu" else torch.get_num_threads())
-    started = common.start_ray()
-    print(f"Ray started in {started:.1f} s; parts {wanted}, {opts.world} x {opts.device}, {opts.rounds} round(s)",
+    started = common.start_ray(address=opts.ray_address)
+    how = "joined" if opts.ray_address else "started"
+    print(f"Ray {how} in {started:.1f} s; parts {wanted}, {opts.world} x {opts.device}, {opts.rounds} round(s)",
           flush=True)
     workdir = tempfile.mkdtemp(prefix="raytrainer-bench-gpu-")
     runners = {"own": part_own, "mfu": part_mfu, "hosted": part_hosted}

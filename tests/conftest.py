@@ -17,6 +17,10 @@ pytest_plugins = ("tests.group_starts",)  # the worker groups each test starts, 
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# A Ray started here (the session's, and every subprocess driver's embedded one, which inherit this) does not
+# prestart idle workers for its first driver: no test's actor took them (actors here carry a runtime env of
+# their own), and each cost about 1.5 CPU s to start and more idling; 23 were alive at a run's end.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 # Torch in this process on one thread, as in every worker it is compared with: Ray gives a 1-CPU worker
 # OMP_NUM_THREADS=1, torchrun gives each of its processes the same. The references computed here (transformers in

@@ -1,6 +1,7 @@
 """benchmarks/gpu.py keeps working without a GPU: its CPU smoke run (every part on tiny models, one worker, one
-round, its own Ray in a subprocess) writes the JSON a GPU run writes, with finite positive figures. The figures
-mean nothing on a CPU and are compared with nothing: speed is reported by the benchmark, never asserted."""
+round, in a subprocess that joins the session's Ray) writes the JSON a GPU run writes, with finite positive
+figures. The figures mean nothing on a CPU and are compared with nothing: speed is reported by the benchmark,
+never asserted."""
 
 import json
 import math
@@ -13,11 +14,12 @@ FIGURES = ("own_over_hand_ddp", "own_over_hand_fsdp", "hosted_over_torchrun", "m
            "peak_mem_own_over_hand")
 
 
-def test_the_gpu_benchmarks_cpu_smoke_writes_every_figure(tmp_path):
+def test_the_gpu_benchmarks_cpu_smoke_writes_every_figure(tmp_path, join_session_ray):
     out = tmp_path / "gpu.json"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own embedded Ray, never the suite's
+    # The session's Ray, named on purpose (a Ray of its own cost ~10 CPU s to start and stop)
     run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"), "--device", "cpu", "--smoke",
-                          "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+                          "--ray-address", join_session_ray["RAY_ADDRESS"], "--json", str(out)], cwd=ROOT,
+                         env=join_session_ray, capture_output=True, text=True, timeout=420)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(out.read_text())
     assert {"device", "torch", "date", "rounds"} <= result.keys() and result["device"] == "cpu"
