@@ -282,7 +282,7 @@ TOPICS: tuple[tuple[Callable[..., None], tuple[str, ...]], ...] = (
                        "ray_address", "hang_warning_s", "hang_timeout_s", "storage_options",
                        "allow_local_output_dir_on_multinode", "storage_retry_timeout_s", "on_nonfinite_loss")),
     (logging_and_evaluation, ("log_level", "log_level_replica", "log_on_each_node", "disable_tqdm", "report_to",
-                              "logging_dir", "logging_nan_inf_filter", "include_num_input_tokens_seen",
+                              "project", "logging_dir", "logging_nan_inf_filter", "include_num_input_tokens_seen",
                               "peak_flops_per_device", "callback_decisions", "prediction_loss_only",
                               "eval_accumulation_steps", "eval_use_gather_object", "batch_eval_metrics", "do_train",
                               "do_eval", "do_predict")),

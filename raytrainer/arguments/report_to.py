@@ -1,6 +1,6 @@
 """`report_to`'s names: the reporters built in and registered, checked when `TrainingArguments` is built.
 
-    report_to="none" | "all" | "tensorboard" | "mlflow" | "wandb" | ["tensorboard", "mlflow"]
+    report_to="none" | "all" | "tensorboard" | "mlflow" | "wandb" | "trackio" | ["tensorboard", "mlflow"]
 
 Names are checked without importing the tracker (its import can take seconds): an unknown name, or a tracker
 whose package is missing, is a `ConfigError` naming the pip extra. The callbacks themselves are built by
@@ -28,6 +28,7 @@ BUILTIN = {
     "tensorboard": _Builtin("raytrainer.callbacks.tensorboard", "TensorBoardCallback", "tensorboard", "tensorboard"),
     "mlflow": _Builtin("raytrainer.callbacks.mlflow", "MLflowCallback", "mlflow", "mlflow"),
     "wandb": _Builtin("raytrainer.callbacks.wandb", "WandbCallback", "wandb", "wandb"),
+    "trackio": _Builtin("raytrainer.callbacks.trackio", "TrackioCallback", "trackio", "trackio"),
 }
 REGISTERED: dict = {}
 

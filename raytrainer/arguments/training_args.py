@@ -61,6 +61,8 @@ class TrainingArguments(DriverView, WorkerRange):
         "Defaults to 'trainer_output'.", default=None)
     run_name: Optional[str] = _help("A name for the run, shown in logs and stored in the trainer state.",
                                     default=None)
+    project: str = _help("The Trackio project the run is logged under (report_to='trackio').",
+                         default="huggingface")
 
     # --- duration and batch size ---
     per_device_train_batch_size: int = _help("Batch size per worker for training.", default=8)
@@ -221,7 +223,7 @@ class TrainingArguments(DriverView, WorkerRange):
     # --- reporting and optimizer options ---
     report_to: None | str | list[str] = _help(
         "Where to report logs: 'none', 'all' (every installed reporter), or names among 'tensorboard', 'mlflow', "
-        "'wandb' and those added with register_reporter().", default="none")
+        "'wandb', 'trackio' and those added with register_reporter().", default="none")
     logging_dir: Optional[str] = _ours(
         "TensorBoard log directory, local or a URL (s3://...): transformers 4's name, kept for scripts "
         "(transformers 5 reads TENSORBOARD_LOGGING_DIR). Default: TENSORBOARD_LOGGING_DIR, else "
@@ -320,7 +322,6 @@ class TrainingArguments(DriverView, WorkerRange):
     bf16_full_eval: bool = _refused("bf16_full_eval", default=False)
     fp16_full_eval: bool = _refused("fp16_full_eval", default=False)
     auto_find_batch_size: bool = _refused("auto_find_batch_size", default=False)
-    project: str = _refused("project", default="huggingface")
     trackio_space_id: Optional[str] = _refused("trackio_space_id", default=None)
     trackio_bucket_id: Optional[str] = _refused("trackio_bucket_id", default=None)
     trackio_static_space_id: str | None | Literal[False] = _refused("trackio_static_space_id", default=None)

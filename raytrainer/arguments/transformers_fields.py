@@ -17,7 +17,8 @@ from typing import Any, Dict, Tuple
 
 SAME, DIFFERENT, REFUSED, OURS = "same", "different", "refused", "ours"
 # What the Trackio arguments' refusal proposes instead.
-NO_TRACKIO = "use report_to='tensorboard', 'mlflow' or 'wandb', or register_reporter() for another tracker."
+NO_SPACE = ("report_to='trackio' logs to Trackio's local store on the driver; upload it afterwards with "
+            "`trackio sync --project <project> --space-id <id>`.")
 
 _OUT_OF_MEMORY = ("a rank that runs out of memory inside DDP's or FSDP's collectives leaves the other ranks waiting, "
                   "so the batch cannot be halved mid-run with every rank agreeing")
@@ -87,13 +88,13 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
                                      "times."),
     "disable_tqdm": (SAME, "The progress bar is the driver's. transformers' None becomes False here, as it does "
                            "there unless the transformers logger is set above WARNING."),
-    "report_to": (SAME, "'none', 'all', 'tensorboard', 'mlflow', 'wandb' and reporters added with "
+    "report_to": (SAME, "'none', 'all', 'tensorboard', 'mlflow', 'wandb', 'trackio' and reporters added with "
                         "register_reporter(); others are refused."),
     "run_name": (SAME, ""),
-    "project": (REFUSED, "it names a Trackio project and raytrainer has no Trackio reporter; " + NO_TRACKIO),
-    "trackio_space_id": (REFUSED, "raytrainer has no Trackio reporter; " + NO_TRACKIO),
-    "trackio_bucket_id": (REFUSED, "raytrainer has no Trackio reporter; " + NO_TRACKIO),
-    "trackio_static_space_id": (REFUSED, "raytrainer has no Trackio reporter; " + NO_TRACKIO),
+    "project": (SAME, "The Trackio project (report_to='trackio')."),
+    "trackio_space_id": (REFUSED, "no Space is synced during the run; " + NO_SPACE),
+    "trackio_bucket_id": (REFUSED, "no bucket is synced during the run; " + NO_SPACE),
+    "trackio_static_space_id": (REFUSED, "no static Space is made from the run; " + NO_SPACE),
     "eval_strategy": (SAME, ""),
     "eval_steps": (SAME, ""),
     "eval_delay": (SAME, ""),

@@ -22,35 +22,18 @@ replays (after a failure) are below the run's last step, and wandb drops them wi
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import warnings
 
-from .. import storage
 from ..errors import missing_package
 from .base import TrainerCallback
-from .reporters import AXIS_KEYS, rank_metrics, rewrite_logs
+from .reporters import rank_metrics, rewrite_logs
+from .tracker_runs import SINGLE_VALUE_SCALARS, numbers, read_run_record, write_run_record
 
 logger = logging.getLogger("raytrainer")
 
 RUN_FILE = "wandb_run.json"  # in each committed checkpoint: the W&B run to continue on resume
-# HF's figures of the whole run: the run's summary, not a point of its history.
-SINGLE_VALUE_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss",
-                        "total_flos")
-def _number(value):
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value
-
-
-def _numbers(logs) -> dict:
-    """The numeric entries of a log record, the step axis left out (HF logs non-numbers as they are; W&B charts
-    only numbers)."""
-    values = {key: _number(value) for key, value in (logs or {}).items() if key not in AXIS_KEYS}
-    return {key: value for key, value in values.items() if value is not None}
 
 
 class WandbCallback(TrainerCallback):
@@ -104,22 +87,13 @@ class WandbCallback(TrainerCallback):
 
     def _stored_run_id(self, args, state):
         """The run id kept in the checkpoint this run resumed from (checkpoint-N under output_dir), if any."""
-        if state.global_step <= 0:
-            return None
-        url = storage.join(args.output_dir, f"checkpoint-{state.global_step}", RUN_FILE)
-        try:
-            options = getattr(args, "storage_options", None)  # None for a hosted Trainer's (HF's) arguments
-            if not storage.exists(url, options):
-                return None
-            return json.loads(storage.read_text(url, options)).get("run_id")
-        except Exception as exc:  # noqa: BLE001 (a tracker must not stop training)
-            logger.warning("W&B: could not read %s (%s): a new run is started.", RUN_FILE, exc)
-            return None
+        record = read_run_record(args, state, RUN_FILE, "W&B")
+        return record.get("run_id") if record else None
 
     # ------------------------------------------------------------------ metrics
     def _log(self, logs: dict, state, rank_stats=None):
         metrics = {}
-        for key, value in _numbers(logs).items():
+        for key, value in numbers(logs).items():
             if key in SINGLE_VALUE_SCALARS:
                 self.run.summary[key] = value
             else:
@@ -154,15 +128,10 @@ class WandbCallback(TrainerCallback):
         if checkpoint is None or self.run is None:
             return
         record = {"run_id": self.run.id, "project": self.run.project, "entity": self.run.entity}
-        try:
-            storage.write_text(storage.join(checkpoint, RUN_FILE), json.dumps(record) + "\n",
-                               getattr(args, "storage_options", None))
-        except Exception as exc:  # noqa: BLE001 (a tracker must not stop training)
-            logger.warning("W&B: could not write %s into %s (%s): resuming from it starts a new run.",
-                           RUN_FILE, checkpoint, exc)
+        write_run_record(args, checkpoint, RUN_FILE, record, "W&B")
 
     def on_train_end(self, args, state, control, metrics=None, **kwargs):
         if self.run is None:
             return
-        for key, value in _numbers(metrics).items():  # the run's summary (train_runtime, ...), as HF keeps it
+        for key, value in numbers(metrics).items():  # the run's summary (train_runtime, ...), as HF keeps it
             self.run.summary[key] = value

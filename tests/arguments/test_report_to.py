@@ -34,11 +34,12 @@ def test_default_is_none_as_in_transformers():
 
 
 def test_all_means_the_installed_reporters(monkeypatch):
-    assert TrainingArguments(report_to="all").report_to == ["mlflow", "tensorboard", "wandb"]  # dev installs all three
+    # dev installs all four
+    assert TrainingArguments(report_to="all").report_to == ["mlflow", "tensorboard", "trackio", "wandb"]
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "mlflow" else real_find_spec(name, *a))
-    assert TrainingArguments(report_to="all").report_to == ["tensorboard", "wandb"]
+    assert TrainingArguments(report_to="all").report_to == ["tensorboard", "trackio", "wandb"]
 
 
 def test_trainer_adds_one_callback_per_reporter(tmp_path):
@@ -49,8 +50,8 @@ def test_trainer_adds_one_callback_per_reporter(tmp_path):
 
 
 def test_unknown_name_lists_the_choices_and_how_to_add_one():
-    message = ("report_to='comet_ml': 'comet_ml' is not a reporter; choose from none, all, mlflow, tensorboard, wandb. "
-               "To add "
+    message = ("report_to='comet_ml': 'comet_ml' is not a reporter; choose from none, all, mlflow, tensorboard, "
+               "trackio, wandb. To add "
                "your own, call raytrainer.register_reporter(name, cls) first, or pass the callback in "
                "Trainer(callbacks=[...]).")
     with pytest.raises(ConfigError, match=re.escape(message)):
