@@ -400,6 +400,9 @@ class GroupStart:
     global_step: int
     checkpoint: Optional[str]
     gradient_accumulation_steps: int
+    # The own loop rescales gradient_accumulation_steps to keep the global batch over a resize; a hosted script's
+    # Trainer keeps its own arguments, so its global batch follows the world size.
+    keeps_global_batch: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ CONTROL_FLAGS = tuple(f.name for f in dataclasses.fields(TrainerControl))
 # What trainer_state.json records of a restart and of a resize (the driver's mirror keeps the same).
 RESTART_FIELDS = ("global_step", "reason", "cause", "time", "checkpoint", "world_size", "previous_world_size")
 RESIZE_FIELDS = ("global_step", "time", "previous_world_size", "world_size", "cause", "checkpoint",
-                 "gradient_accumulation_steps")
+                 "gradient_accumulation_steps", "same_global_batch")
 
 
 class TrainerCallback:

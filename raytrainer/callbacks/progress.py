@@ -35,9 +35,13 @@ def restart_line(state, reason=None, cause=None, world_size=None, checkpoint=Non
 
 
 def resize_line(state, previous_world_size=None, world_size=None, gradient_accumulation_steps=None,
-                **kwargs) -> str:
-    return (f"[raytrainer] resized {previous_world_size} -> {world_size} workers at step {state.global_step}; "
-            f"gradient_accumulation_steps is now {gradient_accumulation_steps} (same global batch)")
+                same_global_batch=True, **kwargs) -> str:
+    head = f"[raytrainer] resized {previous_world_size} -> {world_size} workers at step {state.global_step}; "
+    if same_global_batch:
+        return head + f"gradient_accumulation_steps is now {gradient_accumulation_steps} (same global batch)"
+    # A hosted script's Trainer keeps its arguments: its global batch scales with the world size.
+    return head + (f"the script's gradient_accumulation_steps stays {gradient_accumulation_steps}: the global "
+                   f"batch is {world_size}/{previous_world_size} of what it was")
 
 
 class PrinterCallback(TrainerCallback):

@@ -45,7 +45,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                         help="default: the cluster's GPUs, if it has any")
     launch.add_argument("--ray_address", metavar="ADDRESS")
     launch.add_argument("--report_to", nargs="+", metavar="NAME",
-                        help="reporters run on this driver (tensorboard, mlflow, none; default: the script's)")
+                        help="reporters run on this driver (tensorboard, mlflow, wandb, trackio, none; default: the "
+                             "script's)")
     launch.add_argument("--logging_dir", metavar="DIR")
     launch.add_argument("--run_name")
     launch.add_argument("--log_level", choices=("debug", "info", "warning", "error", "critical", "passive"))

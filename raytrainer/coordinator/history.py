@@ -55,6 +55,7 @@ class RunHistory:
         if previous != start.world_size:
             resize = {k: restart[k] for k in RESIZE_FIELDS}
             resize["gradient_accumulation_steps"] = start.gradient_accumulation_steps
+            resize["same_global_batch"] = start.keeps_global_batch
             self._resizes.append(resize)
         return RestartHistory(restart=restart, resize=resize, restarts=tuple(self._restarts),
                               resizes=tuple(self._resizes))

@@ -40,3 +40,24 @@ def test_a_hang_cause_from_the_stalled_rank_wins_over_its_waiting_peer():
     restart = history.group_started(GroupStart(world_size=2, global_step=2, checkpoint="c-2",
                                                gradient_accumulation_steps=1)).restart
     assert restart["reason"] == "hang" and restart["cause"].startswith("rank 1") and "waiting" not in restart
+
+
+def test_a_hosted_resize_says_the_global_batch_changed():
+    """The own loop rescales the accumulation to keep the global batch; a hosted script's Trainer keeps its
+    arguments, so the resize record and its console line say the global batch followed the world size."""
+    from raytrainer.callbacks.progress import resize_line
+    from raytrainer.coordinator.history import RunHistory
+    from raytrainer.state import TrainerState
+
+    own, hosted = RunHistory(), RunHistory()
+    own.group_started(GroupStart(2, 0, None, 1))
+    hosted.group_started(GroupStart(2, 0, None, 1, keeps_global_batch=False))
+    own_resize = own.group_started(GroupStart(1, 5, "c-5", 2)).resize
+    hosted_resize = hosted.group_started(GroupStart(1, 5, "c-5", 1, keeps_global_batch=False)).resize
+    assert own_resize["same_global_batch"] is True and hosted_resize["same_global_batch"] is False
+    state = TrainerState(global_step=5)
+    assert resize_line(state, **own_resize) == ("[raytrainer] resized 2 -> 1 workers at step 5; "
+                                                "gradient_accumulation_steps is now 2 (same global batch)")
+    assert resize_line(state, **hosted_resize) == (
+        "[raytrainer] resized 2 -> 1 workers at step 5; the script's gradient_accumulation_steps stays 1: the "
+        "global batch is 1/2 of what it was")

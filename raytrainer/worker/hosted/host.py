@@ -129,7 +129,7 @@ class Host:
         self.history = self.emitter.group_started(GroupStart(
             world_size=self.ctx.world_size, global_step=trainer.state.global_step,
             checkpoint=self.resumed.get(id(trainer)),
-            gradient_accumulation_steps=trainer.args.gradient_accumulation_steps))
+            gradient_accumulation_steps=trainer.args.gradient_accumulation_steps, keeps_global_batch=False))
         return self.history, True
 
     def uncommit(self, trainer):
