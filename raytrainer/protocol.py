@@ -237,12 +237,16 @@ class HostedClaim:
     """Rank 0 of a hosted job, as a Trainer's train() begins: the output_dir it writes (an absolute path or a
     URL), the Trainer (its class, and its number among the Trainers this job built: 0, 1, ...) and the
     resume_from_checkpoint the script passed. The driver takes the output_dir's lease and chooses the
-    checkpoint (hosting/hosted_handler.py). It travels in a `ClaimRequest`; the answer is a `HostedClaimReply`."""
+    checkpoint (hosting/hosted_handler.py). It travels in a `ClaimRequest`; the answer is a `HostedClaimReply`.
+    `lease_only`: the claim rank 0 makes as the Trainer is built, so that an output_dir the driver cannot take
+    (another run's, storage without credentials) is refused before the script prepares data or trains; the
+    driver takes the lease and chooses nothing yet."""
     output_dir: str
     trainer: str
     index: int
     requested: Union[str, bool, None] = None  # resume_from_checkpoint as the script gave it (a path, True, False)
     report_to: Tuple[str, ...] = ()
+    lease_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

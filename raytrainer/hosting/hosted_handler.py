@@ -65,6 +65,8 @@ class HostedHandler:
             if url not in self.claims:
                 notice(f"{_short(claim.trainer)} writes its checkpoints to {url}")
             self.claims[url] = claim
+            if claim.lease_only:  # the Trainer was built: its train() claims again, and is answered then
+                return HostedClaimReply()
             self._start_reporters(claim)
             resume_from = self.choose_checkpoint(claim, restart=self._seen_before(claim))
             also = self.best_checkpoint_of(resume_from) if resume_from and not storage.is_local(resume_from) else ()

@@ -3,13 +3,15 @@ config, data made in code. It knows nothing of raytrainer; the hosted-mode tests
 launch` (and `raytrainer.launch`) and kill what a failure would.
 
     python plain_script.py --output_dir DIR --results RES [--max_steps 8] [--save_steps 3]
-                           [--kill_rank 1 --kill_at 5 --kill_marker FILE] [--pause_at 4 --pause_s 30]
+                           [--kill_rank 1 --kill_at 5 --kill_marker FILE]
+                           [--pause_at 4 --pause_s 30 --pause_marker FILE]
                            [--hang_at 5 --hang_s 600 --hang_marker FILE]
 
 Rank 0 writes RES/log_history.json and RES/weights.safetensors at the end. `--kill_*`: that rank dies (SIGKILL)
-at the end of step `kill_at`, once (the marker file remembers). `--pause_*`: rank 0 sleeps after that step's
-checkpoint (a test kills the driver meanwhile). `--hang_*`: rank `kill_rank` sleeps in a callback at the end of
-step `hang_at`, once (the marker file remembers): a hung rank."""
+at the end of step `kill_at`, once (the marker file remembers). `--pause_*`: rank 0 sleeps as that step's
+checkpoint is saved (a test kills the driver or a node meanwhile), once if a marker file is given. `--hang_*`:
+rank `kill_rank` sleeps in a callback at the end of step `hang_at`, once (the marker file remembers): a hung
+rank."""
 
 from __future__ import annotations
 
@@ -52,8 +54,12 @@ class Faults(TrainerCallback):
             time.sleep(o.hang_s)  # the hung line
 
     def on_save(self, args, state, control, **kwargs):
-        if self.options.pause_at == state.global_step and int(os.environ.get("RANK", 0)) == 0:
-            time.sleep(self.options.pause_s)
+        o = self.options
+        if o.pause_at == state.global_step and int(os.environ.get("RANK", 0)) == 0 and \
+                not os.path.exists(o.pause_marker or ""):
+            if o.pause_marker:
+                open(o.pause_marker, "w").close()
+            time.sleep(o.pause_s)
 
 
 def main():
@@ -67,9 +73,11 @@ def main():
     parser.add_argument("--kill_marker", default="")
     parser.add_argument("--pause_at", type=int, default=-1)
     parser.add_argument("--pause_s", type=float, default=0)
+    parser.add_argument("--pause_marker", default="")  # given: the pause happens once
     parser.add_argument("--hang_at", type=int, default=-1)
     parser.add_argument("--hang_s", type=float, default=0)
     parser.add_argument("--hang_marker", default="")
+    parser.add_argument("--built_marker", default="")  # written once the Trainer is built
     options = parser.parse_args()
     model = tiny_llama()
     args = TrainingArguments(output_dir=options.output_dir, max_steps=options.max_steps, save_steps=options.save_steps,
@@ -77,6 +85,8 @@ def main():
                              report_to="none", disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
                              dataloader_num_workers=0)
     trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[Faults(options)])
+    if options.built_marker:
+        open(options.built_marker, "w").close()
     trainer.train()
     write_results(trainer, options.results)
 

@@ -92,6 +92,17 @@ class Host:
         self.reporters[id(trainer)] = tuple(getattr(trainer.args, "report_to", None) or ())
         trainer.add_callback(Relay(self, trainer))
 
+    def reserve(self, trainer):
+        """Rank 0, as a Trainer is built: its output_dir's lease, taken by the driver now (a refusal is raised
+        here, before the script prepares data or trains). No collective: a script may build a Trainer on rank 0
+        alone."""
+        if not self.ctx.is_main:
+            return
+        reply = self.emitter.claim(HostedClaim(output_dir=self.url_of(trainer), trainer=_class_name(trainer),
+                                               index=self.trainers.index(trainer), lease_only=True))
+        if reply is not None and reply.error:
+            raise ConfigError(reply.error)
+
     def claim(self, trainer, requested) -> Optional[str]:
         """Every rank, as train() begins: the local checkpoint HF resumes from (None: start), chosen by the
         driver for this Trainer's output_dir and fetched into this node's staging folder."""
@@ -176,6 +187,7 @@ def installed(host: Host) -> Iterator[Host]:
         init(self, *args, **kwargs)
         host.stage(self.args)  # HF built default arguments: nothing to stage, but the URL is recorded
         host.adopt(self)
+        host.reserve(self)
 
     def hosted_train(self, resume_from_checkpoint=None, *args, **kwargs):
         resume = host.claim(self, resume_from_checkpoint)
