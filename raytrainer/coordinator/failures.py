@@ -171,3 +171,19 @@ class FreshClusterView(ControllerCallback):
             get_or_create_autoscaling_coordinator().get_reserved_resources.remote("raytrainer", recompute=True)
         except Exception:  # noqa: BLE001 (a missing internal API only delays the resize)
             pass
+
+
+class UnhurriedWait(ControllerCallback):
+    """Elastic runs: while Ray Train's elastic policy waits for room for `min_workers` (its decision: do
+    nothing yet), its controller's loop turns again at once, with no pause of its own, and keeps a CPU busy
+    (100 % of a core for minutes, measured on the local cluster while another run's reservation held the
+    nodes). Each such turn of a group that is not running pauses here for a moment. Internal API of Ray 2.60."""
+
+    PAUSE_S = 0.05
+
+    def after_controller_state_update(self, previous_state, current_state):
+        import time
+
+        if previous_state is current_state and type(current_state).__name__ in (
+                "InitializingState", "RestartingState", "ReschedulingState"):
+            time.sleep(self.PAUSE_S)

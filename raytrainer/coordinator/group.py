@@ -35,6 +35,9 @@ logger = logging.getLogger("raytrainer")
 
 # How long close() waits for the workers to return and Ray Train to release them, before aborting.
 CLOSE_TIMEOUT_S = 60.0
+# How long Ray Train's controller gets to abort (cancel its resource request, remove its placement group)
+# before it is killed.
+ABORT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class WorkerGroup:
         from ray.train.torch import TorchConfig
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder
+        from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder, UnhurriedWait
 
         self.spec = spec = GroupSpec.of(run)
         self.ray_instance = ray_instance()  # after ray.shutdown() and a new ray.init(), the group is gone
@@ -126,8 +129,8 @@ class WorkerGroup:
                                      max_failures=-1, max_preemption_failures=run.max_preemptions),
                                  callbacks=[FailureRecorder(self.sink), ResizeRecorder(self.sink),
                                             ControllerRecorder(self.sink)] + (
-                                     [FreshClusterView(run.elastic_resize_monitor_interval_s)] if run.elastic
-                                     else []),
+                                     [FreshClusterView(run.elastic_resize_monitor_interval_s), UnhurriedWait()]
+                                     if run.elastic else []),
                                  logging_config=LoggingConfig(log_level=run.ray_train_log_level)),
             torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.ddp_timeout),
         )
@@ -239,8 +242,22 @@ class WorkerGroup:
             if self._controller is None:
                 self._controller = self.controller()
             if self._controller is not None:
+                self._abort_gracefully()
                 ray.kill(self._controller)  # its workers and their placement group go with it
         except Exception:  # noqa: BLE001 (a dead sink or controller: nothing left to stop)
+            pass
+
+    def _abort_gracefully(self):
+        """Ray Train's own abort (what its fit() does on Ctrl-C), before the kill: the group's request to Ray's
+        AutoscalingCoordinator is cancelled and its placement group removed. Killed without it, the request
+        outlives the group and holds its resources against the next elastic run (whose controller waits,
+        spinning, ~3 minutes measured on the local cluster) or Ray Data pipeline until it expires (180 s). A
+        controller that already finished returns at once; one that does not answer is killed anyway."""
+        import ray
+
+        try:
+            ray.get(self._controller.abort.remote(), timeout=ABORT_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 (abort ends the actor: its answer may be the actor's death)
             pass
 
     def controller(self):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ray.exceptions import RayTaskError
 
-from raytrainer.coordinator.failures import failure_cause, first_worker_error
+from raytrainer.coordinator.failures import UnhurriedWait, failure_cause, first_worker_error
 from raytrainer.worker.user_errors import WorkerError
 
 
@@ -54,3 +54,19 @@ def test_the_restart_cause_names_the_lost_rank_before_the_survivors_collective_e
     only = {0: failures[0]}
     assert failure_cause(only) == f"rank 0 failed in a collective: train() failed on worker rank 0: RuntimeError: " \
                                   f"{gloo}"[:len("rank 0 failed in a collective: ") + 200]
+
+
+def test_a_controller_turn_that_waits_for_room_pauses_and_no_other_does(monkeypatch):
+    """Ray Train's elastic controller, waiting for room for its minimum of workers, stays in the same state
+    object turn after turn with no pause of its own (100 % of a core for minutes on the local cluster)."""
+    from ray.train.v2._internal.execution.controller.state import InitializingState, RunningState
+
+    slept = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    waiting, running = InitializingState(), RunningState()
+    wait = UnhurriedWait()
+    wait.after_controller_state_update(waiting, waiting)  # a turn that decided nothing: paused
+    assert slept == [UnhurriedWait.PAUSE_S]
+    wait.after_controller_state_update(waiting, running)  # a change of state
+    wait.after_controller_state_update(running, running)  # a running group's turns pause in Ray Train itself
+    assert slept == [UnhurriedWait.PAUSE_S]

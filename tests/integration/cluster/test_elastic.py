@@ -31,7 +31,7 @@ import torch
 from raytrainer import Trainer
 from raytrainer.checkpoint.listing import list_checkpoints
 from tests.integration.cluster import elastic_script as script
-from tests.integration.cluster.conftest import ROOT
+from tests.integration.cluster.conftest import ROOT, unreserved_cpus
 from tests.models import TokenData, assert_same_weights, make_model, weights
 
 WAIT_S = 240
@@ -135,3 +135,8 @@ def test_elastic_run_shrinks_on_node_loss_grows_back_and_resumes_a_sigterm_as_a_
     restart = result["restarts"][-1]
     assert "rank 1" in restart["cause"] and restart["checkpoint"].endswith(f"checkpoint-{preempted_at}")
     assert "preemption" in out  # the driver showed it
+
+    # The driver's exit aborted its warm group through Ray Train (coordinator/group.py): the group's request to
+    # Ray's AutoscalingCoordinator went with it. Killed without the abort, the request held both worker nodes'
+    # CPUs for 180 s, and the next elastic run on the cluster waited that long before its first step.
+    assert unreserved_cpus(cluster, 2) == 2
