@@ -121,5 +121,11 @@ class ProgressCallback(PrinterCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
             self.on_step_end(args, state, control)
+        self.end()
+
+    def end(self):
+        """Close the bar: at the train's end, or where a run ends without one (a hosted job stopped by Ctrl-C:
+        a bar left open failed in tqdm's __del__ at the interpreter's exit, with a traceback)."""
+        if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -93,7 +93,7 @@ class HostedTrainer(CallbackMethods):
     def train(self, resume_from_checkpoint=None, **kwargs) -> Any:
         result = self._dispatch("train", (), {"resume_from_checkpoint": resume_from_checkpoint, **kwargs},
                            receive=self._receive_weights)
-        stop_if_interrupted(result, "train() again continues from it")
+        stop_if_interrupted(result, "train() again continues from it", self.callback_handler)
         if result.runs:
             run_record = result.runs[-1]
             self.state = TrainerState(global_step=run_record["global_step"],

@@ -34,7 +34,10 @@ def driver_callbacks(options: HostedOptions, own_args: Any = None, given: frozen
     """The handler of a hosted run's driver callbacks: progress (a bar, or lines with disable_tqdm), the
     reporters `options` name, then `callbacks`. `own_args`: the trainer's arguments object (None: a script's,
     which stay on the workers); `given`: the options given beside the trainer (they win over its arguments)."""
-    progress = PrinterCallback if options.disable_tqdm else ProgressCallback
+    # The trainer's own disable_tqdm, unless given beside it (a script's arguments are not on the driver).
+    quiet = options.disable_tqdm if own_args is None or "disable_tqdm" in given else \
+        bool(getattr(own_args, "disable_tqdm", options.disable_tqdm))
+    progress = PrinterCallback if quiet else ProgressCallback
     handler = HostedCallbackHandler([progress()], callback_args(own_args, options, given), TrainerState())
     for callback in reporter_callbacks(options) + list(callbacks):
         handler.add(callback)

@@ -63,7 +63,7 @@ def launch_script(script: str, script_args: Sequence[str], options: HostedOption
                                 callbacks, claims, user)
     finally:
         claims.close()
-    stop_if_interrupted(result, "run the same command to continue")
+    stop_if_interrupted(result, "run the same command to continue", callbacks)
     for record in result.runs:
         saved = (f"last checkpoint {record['checkpoint']}" if record["checkpoint"] else
                  f"no checkpoint saved (output_dir {record['output_dir']})")

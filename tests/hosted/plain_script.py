@@ -91,6 +91,15 @@ def main():
     write_results(trainer, options.results)
 
 
+def stops_arguments(output_dir: str, max_steps: int) -> TrainingArguments:
+    """stops_script.py's arguments (and the Python API's Ctrl-C test's): a constant learning rate and no periodic
+    checkpoint before the last step, so that a stop's checkpoint is the only one."""
+    return TrainingArguments(output_dir=output_dir, max_steps=max_steps, save_steps=1000,
+                             per_device_train_batch_size=2, logging_steps=1, learning_rate=1e-3, seed=42,
+                             lr_scheduler_type="constant", report_to="none", disable_tqdm=True,
+                             use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0)
+
+
 def tiny_llama(**config) -> LlamaForCausalLM:
     torch.manual_seed(0)
     return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -17,13 +17,13 @@ import os
 import signal
 import time
 
-import torch
 from plain_script import (  # this folder is first on sys.path, as for `python stops_script.py`
     Rows,
+    stops_arguments,
     tiny_llama,
     write_results,
 )
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback
 
 
 class Faults(TrainerCallback):
@@ -54,12 +54,9 @@ def main():
     parser.add_argument("--pause_s", type=float, default=0)
     parser.add_argument("--marker", default="")
     options = parser.parse_args()
-    model = tiny_llama(attention_dropout=0.2)
-    args = TrainingArguments(output_dir=options.output_dir, max_steps=options.max_steps, save_steps=1000,
-                             per_device_train_batch_size=2, logging_steps=1, learning_rate=1e-3, seed=42,
-                             lr_scheduler_type="constant", report_to="none", disable_tqdm=True,
-                             use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0)
-    trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[Faults(options)])
+    trainer = Trainer(model=tiny_llama(attention_dropout=0.2), args=stops_arguments(options.output_dir,
+                                                                                   options.max_steps),
+                      train_dataset=Rows(), callbacks=[Faults(options)])
     if options.sigterm_before_train and int(os.environ.get("RANK", 0)) == options.sigterm_rank \
             and not os.path.exists(options.marker):
         open(options.marker, "w").close()

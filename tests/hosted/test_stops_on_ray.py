@@ -4,7 +4,8 @@ workers. Every rank saves at the step after the request, the checkpoint commits,
 SIGTERM to a worker: a preemption, with no failure allowed) or stops (Ctrl-C: `raytrainer launch` says which
 checkpoint holds the run and exits with 130; the same command continues). Both end with the weights of the
 uninterrupted run. The drivers run in this process, on the pool's warm group (a subprocess driver would start
-a group of its own); SIGINT goes to this process, where the driver's handler is."""
+a group of its own); SIGINT goes to this process, where the driver's handler is. The Python API
+(`raytrainer.hosted`) stops the same way, with KeyboardInterrupt raised from train()."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ import threading
 import time
 
 import pytest
+from safetensors.torch import save_file
+from transformers import Trainer, TrainerCallback
 
 import raytrainer
+from raytrainer.callbacks.progress import ProgressCallback
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.cli.commands import main as raytrainer_main
+from tests.hosted.plain_script import Rows, stops_arguments, tiny_llama
 from tests.hosted.test_launch_on_ray import assert_same_run
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stops_script.py")
@@ -31,6 +36,18 @@ SAVED_AT = (AT + 1, AT + 2)
 
 def script_args(output_dir: str, results: str, *extra: str) -> list:
     return ["--output_dir", output_dir, "--results", results, "--max_steps", str(STEPS), *extra]
+
+
+def ctrl_c_once(marker):
+    """SIGINT to this process (the driver's handler, coordinator/pump.py, takes it) once `marker` exists."""
+    def send():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if marker.exists():  # else the run failed before the pause: the test's assertions say how
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=send, daemon=True).start()
 
 
 def committed(output_dir: str) -> list:
@@ -85,14 +102,7 @@ def test_ctrl_c_on_launch_saves_at_the_next_step_exits_130_and_the_same_command_
     command = ["launch", "--num_workers", "2", "--disable_tqdm", SCRIPT,
                *script_args(output_dir, results, "--pause_at", str(AT), "--pause_s", "3", "--marker", str(marker))]
 
-    def ctrl_c_at_the_pause():
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if marker.exists():  # else the run failed before the pause: the assertions below say how
-            os.kill(os.getpid(), signal.SIGINT)  # the driver's handler (coordinator/pump.py) takes it
-
-    threading.Thread(target=ctrl_c_at_the_pause, daemon=True).start()
+    ctrl_c_once(marker)
     assert raytrainer_main(command) == 130
     out = capfd.readouterr().out
     saved = stop_step(output_dir)
@@ -103,3 +113,52 @@ def test_ctrl_c_on_launch_saves_at_the_next_step_exits_130_and_the_same_command_
     assert raytrainer_main(command) == 0
     assert committed(output_dir) == [(f"checkpoint-{saved}", True), (f"checkpoint-{STEPS}", True)]
     assert_same_run(results, reference)
+
+
+class PauseOnce(TrainerCallback):
+    """Rank 0 pauses at step AT's end, once (the marker file): the test's moment to Ctrl-C the driver."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == AT and int(os.environ.get("RANK", 0)) == 0 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            time.sleep(3)
+
+
+def test_ctrl_c_in_the_python_api_saves_raises_keyboard_interrupt_and_train_again_continues(reference, tmp_path,
+                                                                                            capfd):
+    """`raytrainer.hosted(Trainer)(...).train()` (the stop script's model, data and arguments, with the progress
+    bar on) gets SIGINT while rank 0 pauses: both ranks save at the next step, train() prints the line and
+    raises KeyboardInterrupt, the driver's bar is closed (left open, tqdm failed at the interpreter's exit). A
+    new Trainer's train() on the same output_dir continues there and ends with the uninterrupted weights."""
+    output_dir, marker = str(tmp_path / "run"), tmp_path / "paused"
+
+    def build(**options):
+        args = stops_arguments(output_dir, STEPS)
+        return raytrainer.hosted(Trainer, num_workers=2, **options)(
+            model=tiny_llama(attention_dropout=0.2), args=args, train_dataset=Rows(),
+            callbacks=[PauseOnce(str(marker))])
+
+    trainer = build(disable_tqdm=False)
+    ctrl_c_once(marker)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    saved = stop_step(output_dir)
+    assert saved in SAVED_AT and committed(output_dir) == [(f"checkpoint-{saved}", True)]
+    out = capfd.readouterr()
+    assert f"interrupted: saved checkpoint-{saved} (in {output_dir}); train() again continues from it" in out.out
+    assert "train:" in out.err  # the bar was shown, and is closed now
+    assert [c.bar for c in trainer.callback_handler.callbacks if isinstance(c, ProgressCallback)] == [None]
+
+    again = build()  # the arguments' disable_tqdm=True: no bar
+    again.train()
+    assert "train:" not in capfd.readouterr().err
+    assert committed(output_dir) == [(f"checkpoint-{saved}", True), (f"checkpoint-{STEPS}", True)]
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "log_history.json").write_text(json.dumps(again.state.log_history))
+    save_file({k: v.detach().contiguous() for k, v in again.model.state_dict().items()},
+              str(results / "weights.safetensors"))
+    assert_same_run(str(results), reference)
