@@ -57,3 +57,15 @@ def write_run_record(args, checkpoint: str, filename: str, record: dict, tracker
     except Exception as exc:  # noqa: BLE001 (a tracker must not stop training)
         logger.warning("%s: could not write %s into %s (%s): resuming from it starts a new run.",
                        tracker, filename, checkpoint, exc)
+
+
+def run_config(args, model=None) -> dict:
+    """A tracker run's config, as transformers' integrations fill it: the arguments (storage_options redacted),
+    under the model's config where it has one, and the model's parameter count."""
+    config = args.to_dict()
+    model_config = getattr(model, "config", None)
+    if model_config is not None and hasattr(model_config, "to_dict"):
+        config = {**model_config.to_dict(), **config}
+    if model is not None and hasattr(model, "parameters"):
+        config["model/num_parameters"] = sum(p.numel() for p in model.parameters())
+    return config

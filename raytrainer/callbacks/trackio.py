@@ -28,7 +28,7 @@ import logging
 from ..errors import missing_package
 from .base import TrainerCallback
 from .reporters import rank_metrics, rewrite_logs
-from .tracker_runs import SINGLE_VALUE_SCALARS, numbers, read_run_record, write_run_record
+from .tracker_runs import SINGLE_VALUE_SCALARS, numbers, read_run_record, run_config, write_run_record
 
 logger = logging.getLogger("raytrainer")
 
@@ -54,7 +54,7 @@ class TrackioCallback(TrainerCallback):
         """Start or continue the run (`record`: the project and name a checkpoint named)."""
         project = (record or {}).get("project") or getattr(args, "project", None) or "huggingface"
         name = (record or {}).get("name") or (self.run.name if self.run is not None else None)
-        init = {"project": project, "resume": "allow", "config": self._config(args, model)}
+        init = {"project": project, "resume": "allow", "config": run_config(args, model)}
         if state.trial_name is not None:  # a trial of hyperparameter_search: grouped under the sweep
             init.update(name=name or state.trial_name, group=args.run_name or args.output_dir)
         else:
@@ -65,16 +65,6 @@ class TrackioCallback(TrainerCallback):
                                "(run `trackio sync --project %s` afterwards).", field, getattr(args, field), project)
         self.run = self._trackio.init(**init)
         self._open = True
-
-    @staticmethod
-    def _config(args, model) -> dict:
-        config = args.to_dict()  # storage_options redacted
-        model_config = getattr(model, "config", None)
-        if model_config is not None and hasattr(model_config, "to_dict"):
-            config = {**model_config.to_dict(), **config}
-        if model is not None and hasattr(model, "parameters"):
-            config["model/num_parameters"] = sum(p.numel() for p in model.parameters())
-        return config
 
     def _ensure_run(self, args, state, model):
         """evaluate() / predict() without train(), or after it finished the run: the same run, continued."""

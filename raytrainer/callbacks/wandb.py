@@ -29,7 +29,7 @@ import warnings
 from ..errors import missing_package
 from .base import TrainerCallback
 from .reporters import rank_metrics, rewrite_logs
-from .tracker_runs import SINGLE_VALUE_SCALARS, numbers, read_run_record, write_run_record
+from .tracker_runs import SINGLE_VALUE_SCALARS, numbers, read_run_record, run_config, write_run_record
 
 logger = logging.getLogger("raytrainer")
 
@@ -76,14 +76,7 @@ class WandbCallback(TrainerCallback):
         elif run_id and active.id != run_id:
             logger.warning("W&B: logging into the run already open (%s), not into run %s.", active.id, run_id)
         self.run = active
-        config = args.to_dict()  # storage_options redacted
-        model_config = getattr(model, "config", None)
-        if model_config is not None and hasattr(model_config, "to_dict"):
-            config = {**model_config.to_dict(), **config}
-        self.run.config.update(config, allow_val_change=True)
-        if model is not None and hasattr(model, "parameters"):
-            self.run.config.update({"model/num_parameters": sum(p.numel() for p in model.parameters())},
-                                   allow_val_change=True)
+        self.run.config.update(run_config(args, model), allow_val_change=True)
 
     def _stored_run_id(self, args, state):
         """The run id kept in the checkpoint this run resumed from (checkpoint-N under output_dir), if any."""
