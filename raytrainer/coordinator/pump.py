@@ -12,6 +12,7 @@ re-served to the next group).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
@@ -191,10 +192,14 @@ class _first_ctrl_c_stops:
     def relay(self):
         if self.pressed and not self.relayed:
             import ray
+            from tqdm.auto import tqdm
 
             self.relayed = True
-            print("[raytrainer] interrupted: saving a checkpoint at the next step, then stopping "
-                  "(Ctrl-C again to abandon the run)", flush=True)
+            # Above the driver's progress bar, if one is shown (a plain print landed on the bar's line). Not in
+            # the signal handler: tqdm takes its lock to write.
+            tqdm.write("[raytrainer] interrupted: saving a checkpoint at the next step, then stopping "
+                       "(Ctrl-C again to abandon the run)")
+            sys.stdout.flush()
             ray.get(self.sink.request_stop.remote("interrupt"))
 
     def __exit__(self, *exc):
