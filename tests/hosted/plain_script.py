@@ -110,11 +110,15 @@ def tiny_llama(**config) -> LlamaForCausalLM:
 def write_results(trainer, results: str):
     """Rank 0: RESULTS/log_history.json and RESULTS/weights.safetensors, what the tests compare."""
     if trainer.is_world_process_zero():
-        os.makedirs(results, exist_ok=True)
-        with open(os.path.join(results, "log_history.json"), "w") as f:
-            json.dump(trainer.state.log_history, f)
-        save_file({k: v.detach().cpu().contiguous() for k, v in trainer.model.state_dict().items()},
-                  os.path.join(results, "weights.safetensors"))
+        save_results(trainer.state.log_history, trainer.model, results)
+
+
+def save_results(log_history: list, model, results: str):
+    os.makedirs(results, exist_ok=True)
+    with open(os.path.join(results, "log_history.json"), "w") as f:
+        json.dump(log_history, f)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+              os.path.join(results, "weights.safetensors"))
 
 
 if __name__ == "__main__":

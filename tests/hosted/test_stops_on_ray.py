@@ -16,14 +16,13 @@ import threading
 import time
 
 import pytest
-from safetensors.torch import save_file
 from transformers import Trainer, TrainerCallback
 
 import raytrainer
 from raytrainer.callbacks.progress import ProgressCallback
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.cli.commands import main as raytrainer_main
-from tests.hosted.plain_script import Rows, stops_arguments, tiny_llama
+from tests.hosted.plain_script import Rows, save_results, stops_arguments, tiny_llama
 from tests.hosted.test_launch_on_ray import assert_same_run
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stops_script.py")
@@ -156,9 +155,6 @@ def test_ctrl_c_in_the_python_api_saves_raises_keyboard_interrupt_and_train_agai
     again.train()
     assert "train:" not in capfd.readouterr().err
     assert committed(output_dir) == [(f"checkpoint-{saved}", True), (f"checkpoint-{STEPS}", True)]
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / "log_history.json").write_text(json.dumps(again.state.log_history))
-    save_file({k: v.detach().contiguous() for k, v in again.model.state_dict().items()},
-              str(results / "weights.safetensors"))
-    assert_same_run(str(results), reference)
+    results = str(tmp_path / "results")
+    save_results(again.state.log_history, again.model, results)
+    assert_same_run(results, reference)

@@ -98,21 +98,23 @@ class Host:
         alone."""
         if not self.ctx.is_main:
             return
-        reply = self.emitter.claim(HostedClaim(output_dir=self.url_of(trainer), trainer=_class_name(trainer),
-                                               index=self.trainers.index(trainer), lease_only=True))
+        reply = self.emitter.claim(self._claim_of(trainer, lease_only=True))
         if reply is not None and reply.error:
             raise ConfigError(reply.error)
+
+    def _claim_of(self, trainer, **fields) -> HostedClaim:
+        """This Trainer's claim of its output_dir: the URL, its class and its number among the job's Trainers."""
+        return HostedClaim(output_dir=self.url_of(trainer), trainer=_class_name(trainer),
+                           index=self.trainers.index(trainer) if trainer in self.trainers else -1, **fields)
 
     def claim(self, trainer, requested) -> Optional[str]:
         """Every rank, as train() begins: the local checkpoint HF resumes from (None: start), chosen by the
         driver for this Trainer's output_dir and fetched into this node's staging folder."""
         reply = None
         if self.ctx.is_main:
-            claim = HostedClaim(output_dir=self.url_of(trainer), trainer=_class_name(trainer),
-                                index=self.trainers.index(trainer) if trainer in self.trainers else -1,
-                                requested=requested if isinstance(requested, (str, bool)) else None,
-                                report_to=self.reporters.get(id(trainer), ()))
-            reply = self.emitter.claim(claim)
+            reply = self.emitter.claim(self._claim_of(
+                trainer, requested=requested if isinstance(requested, (str, bool)) else None,
+                report_to=self.reporters.get(id(trainer), ())))
         reply = self.ctx.broadcast_object(reply)
         if reply is None:
             raise ConfigError("The driver did not answer this Trainer's claim of its output_dir: a hosted job "
