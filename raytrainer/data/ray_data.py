@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -103,18 +104,39 @@ def ordered(dataset):
 
 
 def sample_rows(dataset, count: int = 2) -> List[dict]:
-    """The first rows, computed on the driver (Ray pushes the limit down, so little of the pipeline runs;
-    but an actor-pool step still starts its actors, so the rows are kept for the next call)."""
+    """The first rows (Ray pushes the limit down, so little of the pipeline runs; but an actor-pool step still
+    starts its actors, so the rows are kept for the next call)."""
     try:
         cached = _SAMPLES.get(dataset, [])
     except TypeError:  # not weak-referenceable
-        return dataset.take(count)
+        return _take(dataset, count)
     if len(cached) < count:
-        cached = _SAMPLES[dataset] = dataset.take(max(count, 2))
+        cached = _SAMPLES[dataset] = _take(dataset, max(count, 2))
     return cached[:count]
 
 
 _SAMPLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _take(dataset, count: int) -> List[dict]:
+    """`dataset.take(count)` in a task of its own, not on the driver. Once the limit is reached, Ray Data cancels
+    the pipeline's tasks still running, and a cancel that crosses a task's reply aborts the process that made it
+    (Ray core's check "Tried to complete task that was not pending", seen once in CI: the whole driver died).
+    In a task, such an abort is a lost worker that Ray retries; the task costs about what the take does (0.1 s)."""
+    import ray  # here, not at import: this module is imported where Ray's runtime is not needed
+
+    return ray.get(_take_task().options(name="raytrainer.sample_rows").remote(dataset, count))
+
+
+@functools.lru_cache(maxsize=None)
+def _take_task():
+    import ray
+
+    return ray.remote(num_cpus=0, max_retries=3)(_take_rows)
+
+
+def _take_rows(dataset, count: int) -> List[dict]:
+    return dataset.take(count)
 
 
 def make_ref(name: str, dataset, split: bool) -> RayDataRef:
