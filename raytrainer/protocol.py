@@ -153,9 +153,12 @@ class WorkOrder:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainOrder(WorkOrder):
     """`train()`: `run_id` names this run (its checkpoints' lease, trainer_state.json); `resume_from` is the
-    committed checkpoint the driver chose (None: this run's newest, if a restarted group finds one)."""
+    committed checkpoint the driver chose (None: this run's newest, if a restarted group finds one);
+    `own_hyperparameters`: a resume keeps the arguments' optimizer hyperparameters (a PBT trial continuing another
+    trial's checkpoint, tune/trial.py), not the checkpoint's."""
     run_id: str
     resume_from: Optional[str] = None
+    own_hyperparameters: bool = False
     job_kind: ClassVar[JobKind] = JobKind.TRAIN
 
     def __post_init__(self):

@@ -50,6 +50,10 @@ from .worker_context import WorkerContext
 
 
 class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, WorkerHooks):
+    # A resume keeps the arguments' optimizer hyperparameters, not the checkpoint's: set on a PBT trial's Trainer,
+    # which continues another trial's checkpoint with its own learning rate (tune/trial.py).
+    _own_hyperparameters = False
+
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,
                  eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,
@@ -158,7 +162,8 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         self.callback_handler.state = self.state
         # One writer per output_dir: taken before any actor starts, released when the run ends (lease.py).
         with lease.acquire(args.output_dir, run_id, args.storage_options), hub.checkpoint_pushes(self):
-            order = TrainOrder(run_id=run_id, resume_from=resume_url, **self._worker_settings())
+            order = TrainOrder(run_id=run_id, resume_from=resume_url, own_hyperparameters=self._own_hyperparameters,
+                               **self._worker_settings())
             result = self._dispatch(order, receive=self._receive_trained_weights, startup=startup)
         self.state = TrainerState.from_json_string(result.state)
         self.callback_handler.state = self.state

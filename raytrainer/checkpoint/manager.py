@@ -26,7 +26,7 @@ from ..storage import basename, exists, join, read_bytes
 from ..storage.retry import DEFAULT_TIMEOUT_S, Retry
 from ..verbosity import notice
 from ..worker_context import WorkerContext
-from . import lease, manifest
+from . import hyperparameters, lease, manifest
 from .async_shards import ShardGroups, save_sharded_async
 from .choice import choose
 from .damage import CheckpointDamagedError, check_bytes, parsing
@@ -260,9 +260,13 @@ class CheckpointManager:
         with parsing(url, name):
             return torch_from_bytes(data)
 
-    def restore(self, url: str) -> TrainerState:
-        """Load weights, optimizer, scheduler, this rank's RNG streams and the trainer state from `url`."""
+    def restore(self, url: str, own_hyperparameters: bool = False) -> TrainerState:
+        """Load weights, optimizer, scheduler, this rank's RNG streams and the trainer state from `url`.
+        `own_hyperparameters`: the optimizer keeps this run's learning rate, weight decay, betas and eps
+        (a PBT trial continuing another trial's checkpoint: hyperparameters.py)."""
         trainer, opts = self.trainer, self.storage_options
+        own = hyperparameters.own_hyperparameters(trainer.optimizer, trainer.lr_scheduler) if own_hyperparameters \
+            else None
         sharded = trainer.strategy.shards_state
         if sharded != is_sharded(url, opts):  # the driver refuses this first; a restart can still meet it
             raise RuntimeError(strategy_mismatch(url, sharded))
@@ -283,6 +287,8 @@ class CheckpointManager:
             restart_from_weights(trainer, url, state.global_step, warn=self.ctx.is_main)
             return state
         trainer.lr_scheduler.load_state_dict(self._load_object(url, SCHEDULER_FILE, committed))
+        if own is not None:
+            hyperparameters.put_back(trainer.optimizer, trainer.lr_scheduler, own)
         # After a resize, ranks beyond the old world size continue rank 0's streams.
         own_rng = rng_file(self.ctx.rank)
         set_rng_state(self._load_object(url, own_rng if exists(join(url, own_rng), opts) else rng_file(0), committed))

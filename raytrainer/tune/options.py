@@ -103,7 +103,29 @@ def check_evaluates(args, scheduler: Optional[Any]):
                           f"the trials would never report an intermediate result to Ray Tune and {name} could not "
                           "stop any. Pass eval_strategy='steps' (and eval_steps) in the Trainer's arguments, or do "
                           f"not use {name}.")
-    if name in ("PopulationBasedTraining", "PB2"):
-        raise ConfigError(f"{name} is not supported yet by raytrainer's hyperparameter_search: it would start a "
-                          "trial from another trial's checkpoint, which is not wired to raytrainer's committed "
-                          "checkpoints. Use ASHAScheduler, HyperBandScheduler or MedianStoppingRule.")
+    if exploits(scheduler) and not saves_at_every_evaluation(args):
+        raise ConfigError(f"{name} starts a trial from another trial's checkpoint of the step it evaluated, so every "
+                          "evaluation step must be a save step: pass save_strategy equal to eval_strategy "
+                          f"({args.eval_strategy!r}) and, for 'steps', eval_steps a multiple of save_steps (now "
+                          f"save_strategy={args.save_strategy!r}, eval_steps={args.eval_steps!r}, "
+                          f"save_steps={args.save_steps!r}).")
+
+
+def exploits(scheduler: Optional[Any]) -> bool:
+    """Population Based Training (and PB2): trials start from other trials' checkpoints (tune/trial.py)."""
+    return type(scheduler).__name__ in ("PopulationBasedTraining", "PB2")
+
+
+def saves_at_every_evaluation(args) -> bool:
+    """Whether every step the arguments evaluate at is also a step they save at (eval_steps unset is
+    logging_steps, as in transformers)."""
+    evaluate, save = str(getattr(args.eval_strategy, "value", args.eval_strategy)), \
+        str(getattr(args.save_strategy, "value", args.save_strategy))
+    if evaluate != save or evaluate not in ("steps", "epoch"):
+        return False
+    if evaluate == "epoch":
+        return True
+    every = args.eval_steps if args.eval_steps is not None else args.logging_steps
+    if isinstance(every, float) or isinstance(args.save_steps, float):  # fractions of the run: equal ones only
+        return every == args.save_steps
+    return every % args.save_steps == 0

@@ -9,17 +9,29 @@ sweep). The callback turns that into `control.should_training_stop` at this eval
 waiting for the driver's answer to this event (the callback may change control: it is not `observes_only`),
 so every rank stops at the same step (principle 1), the run ends as a stopped run ends (its checkpoints
 committed), and its workers go back to the trial process's pool.
+
+Under Population Based Training (`TuneReportAtCommit`), each report also carries a Tune checkpoint: a folder
+holding one small JSON that names the run's checkpoint of the evaluation's step (`POINTER`), sent once that
+checkpoint is committed (PBT needs every evaluation step to be a save step: options.check_evaluates). The weights
+stay in the run's folder, committed by raytrainer; Tune keeps the pointer and hands it to the trial that continues
+it (trial.py).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
+import os
+import tempfile
 from typing import Any, Callable, Dict, Optional
 
+from .. import storage
 from ..callbacks.base import TrainerCallback
+from ..checkpoint.listing import checkpoint_name
 
 OBJECTIVE = "objective"  # the metric's name in Tune, as transformers names it
+POINTER = "raytrainer_checkpoint.json"  # in a Tune checkpoint: the run's checkpoint {"url", "run_dir", "step"}
 
 
 def default_compute_objective(metrics: Dict[str, float]) -> float:
@@ -58,9 +70,10 @@ class TuneReport(TrainerCallback):
     once at its end, as transformers' Ray backend does); `stopped` is set once Tune stopped the trial."""
 
     observes_only = False  # its answer (stop or go on) is awaited by every rank at the evaluation's step
+    with_checkpoint = False  # its reports name no checkpoint (TuneReportAtCommit's do)
 
     def __init__(self, compute_objective: Callable[[Dict[str, float]], float],
-                 report: Optional[Callable[[Dict[str, Any]], None]] = None):
+                 report: Optional[Callable[..., None]] = None):
         self.compute_objective = compute_objective
         self._report = report  # tune.report, or a test's stand-in
         self.reported = 0
@@ -68,15 +81,19 @@ class TuneReport(TrainerCallback):
         self.last: Optional[Dict[str, Any]] = None
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.stopped:  # a stopped trial reports nothing more (Tune has closed its session)
-            return
+        if not self.stopped:  # a stopped trial reports nothing more (Tune has closed its session)
+            self.send(self.result_of(state, metrics), control)
+
+    def result_of(self, state, metrics) -> Dict[str, Any]:
         metrics, objective = objective_of(self.compute_objective, metrics)
         if objective is None or (isinstance(objective, float) and math.isnan(objective)):
             raise ValueError(f"compute_objective returned {objective!r} for the metrics {sorted(metrics)}: pass a "
                              "compute_objective that returns a number from the evaluation's metrics.")
-        result = tune_metrics(metrics, objective, state.global_step, state.epoch)
+        return tune_metrics(metrics, objective, state.global_step, state.epoch)
+
+    def send(self, result: Dict[str, Any], control, pointer: Optional[Dict[str, Any]] = None):
         try:
-            self.report(result)
+            self.report(result, pointer)
         except SystemExit:
             self.stopped = True
             control.should_training_stop = True
@@ -84,9 +101,66 @@ class TuneReport(TrainerCallback):
         self.reported += 1
         self.last = result
 
-    def report(self, result: Dict[str, Any]):
+    def report(self, result: Dict[str, Any], pointer: Optional[Dict[str, Any]] = None):
         if self._report is not None:
-            return self._report(result)
+            return self._report(result) if pointer is None else self._report(result, pointer)
         from ray import tune
 
-        return tune.report(result)
+        if pointer is None:
+            return tune.report(result)
+        with tempfile.TemporaryDirectory(prefix="raytrainer-tune-") as folder:  # Tune copies it into its storage
+            with open(os.path.join(folder, POINTER), "w") as f:
+                json.dump(pointer, f)
+            return tune.report(result, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+class TuneReportAtCommit(TuneReport):
+    """Under Population Based Training: an evaluation's result waits for its step's checkpoint (every evaluation
+    step saves: options.check_evaluates) and goes to Tune once that checkpoint is committed (on_save), with a
+    pointer to it. PBT hands a reported checkpoint at once to the trial that exploits this one, and pauses
+    trials by ending their actors: reported at the evaluation, before the save, the checkpoint died with a paused
+    trial's actor in 1 of 4 runs of the PBT test, and nobody could continue it.
+
+    A stop that Tune gives at on_save reaches the workers at their next step's end: `on_step_end`, implemented
+    here, makes every step's end a point where every rank takes the driver's decision (a round trip per step,
+    under PBT only). Set `with_checkpoint` False to report evaluations at once (an evaluate() after training)."""
+
+    def __init__(self, compute_objective: Callable[[Dict[str, float]], float],
+                 report: Optional[Callable[..., None]] = None):
+        super().__init__(compute_objective, report)
+        self.with_checkpoint = True
+        self.pending: Optional[Dict[str, Any]] = None  # the last evaluation's result, until its step is committed
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if not self.with_checkpoint:
+            return super().on_evaluate(args, state, control, metrics=metrics, **kwargs)
+        if not self.stopped:
+            self.pending = self.result_of(state, metrics)
+
+    def on_save(self, args, state, control, checkpoint=None, **kwargs):
+        if self.stopped or self.pending is None or self.pending["step"] != state.global_step:
+            return  # an earlier save committed late: its evaluation's result was sent with it
+        result, self.pending = self.pending, None
+        self.send(result, control, {"url": checkpoint or storage.join(args.output_dir, checkpoint_name(
+            state.global_step)), "run_dir": args.output_dir, "step": state.global_step})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        """Nothing to do: its presence makes the step's end a decision point (see the class)."""
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.pending is not None and not self.stopped:  # its checkpoint never came: the result alone
+            result, self.pending = self.pending, None
+            self.send(result, control)
+
+
+def pointed_checkpoint(checkpoint) -> Optional[Dict[str, Any]]:
+    """The run's checkpoint that a Tune checkpoint of ours names ({"url", "run_dir", "step"}); None for any
+    other."""
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as folder:
+        path = os.path.join(folder, POINTER)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)

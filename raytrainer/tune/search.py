@@ -61,6 +61,7 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
                        "the trials of hyperparameter_search")
 
     recipe = recipe_of(trainer, compute_objective, hp_name)
+    recipe.exploits = tune_options.exploits(opts.tune_config.get("scheduler"))
     shipped = ShippedRecipe.of(recipe, ship_modules=cluster.workers_may_be_elsewhere())
     trainable = tune.with_resources(tune.with_parameters(run_trial, recipe=shipped), opts.resources)
     tuner = make_tuner(trainable, space, opts, trainer.args)

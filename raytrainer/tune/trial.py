@@ -12,6 +12,12 @@ the actor's pool (coordinator/holders.py), and the next trial of the same shape 
 
 A trial whose run folder already holds a committed checkpoint resumes from it (Tune restarts an unfinished
 trial after its driver died; the trial continues where its run left off, principle 3).
+
+Under Population Based Training, Tune starts a trial with a checkpoint of its choice: the trial's own (after a
+pause) or another trial's (an exploit, with this trial's new hyperparameters). Ours name a run's committed
+checkpoint (report.py); the trial resumes from it keeping its own optimizer hyperparameters
+(checkpoint/hyperparameters.py): the donor's weights, moments, step and data position, this trial's learning
+rate.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from ..callbacks.base import CallbackHandler
 from ..callbacks.progress import PrinterCallback, ProgressCallback
 from ..callbacks.reporters import reporter_callbacks
 from ..checkpoint.listing import newest_committed
+from ..checkpoint.manifest import is_committed
 from ..coordinator import holders
 from ..errors import ConfigError
 from ..state import TrainerState
-from .report import TuneReport
+from .report import TuneReport, TuneReportAtCommit, pointed_checkpoint
 
 # Tune waits this long (s) for a reused actor's last trial to end before giving the actor to the next one
 # (`FunctionTrainable.reset_config`; Ray's default is 2 s). A trial that Tune stopped is still ending then:
@@ -49,6 +56,7 @@ class TrialRecipe:
     compute_objective: Callable[[Dict[str, float]], float]
     hp_name: Optional[Callable[[Dict[str, Any]], str]]
     output_dir: str  # the sweep's: each trial's run is a folder in it
+    exploits: bool = False  # Population Based Training: reports carry checkpoints, trials start from them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,17 +164,33 @@ def run_trial(config: Dict[str, Any], recipe: Union[ShippedRecipe, TrialRecipe])
     os.environ.setdefault(THREAD_TIMEOUT_ENV, THREAD_TIMEOUT_S)  # read by this actor's next reset_config
     trial_id = tune.get_context().get_trial_id()
     run_dir = storage.join(recipe.output_dir, run_name(recipe, config, trial_id))
-    report = TuneReport(recipe.compute_objective)
+    report = (TuneReportAtCommit if recipe.exploits else TuneReport)(recipe.compute_objective)
     trainer = trial_trainer(recipe, config, run_dir, report)
-    # Tune restarts a trial that had not finished when the sweep's driver died: its run resumes from its
-    # newest committed checkpoint (none: it starts over, as it never saved).
-    resume = newest_committed(run_dir, trainer.args.storage_options) is not None
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    pointed = pointed_checkpoint(tune.get_checkpoint())
+    if pointed is not None:  # PBT: the checkpoint Tune chose, this trial's or another's, with this trial's values
+        trainer._own_hyperparameters = True
+        trainer.train(resume_from_checkpoint=committed_checkpoint(pointed, trainer.args.storage_options))
+    else:
+        # Tune restarts a trial that had not finished when the sweep's driver died: its run resumes from its
+        # newest committed checkpoint (none: it starts over, as it never saved).
+        resume = newest_committed(run_dir, trainer.args.storage_options) is not None
+        trainer.train(resume_from_checkpoint=True if resume else None)
     if report.stopped:
         # Tune's session took its stop (a SystemExit in tune.report, caught there to stop the run at one step):
         # end the trial's thread as that SystemExit would have. Returning instead, Tune's wrapper would report
         # once more into the closed session and wait there forever, and Tune's reuse of this actor with it.
         raise SystemExit(0)
     if report.reported == 0:  # no evaluation during training: one at the end, as transformers' Ray backend
+        report.with_checkpoint = False  # evaluate() saves no checkpoint to wait for
         trainer.evaluate()
 
+
+def committed_checkpoint(pointed: Dict[str, Any], storage_options: Optional[dict]) -> str:
+    """The run checkpoint a PBT trial continues. Tune had it once committed (report.py); gone since, the trial
+    cannot continue it."""
+    url = pointed["url"]
+    if not is_committed(url, storage_options):
+        raise RuntimeError(f"Population Based Training continues this trial from {url}, which is no longer a "
+                           "committed checkpoint: removed since (save_total_limit rotates a run's checkpoints "
+                           "out: keep more of them, or save_total_limit=None) or damaged.")
+    return url

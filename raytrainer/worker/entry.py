@@ -63,8 +63,9 @@ def _run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on
     events = LoopEvents(trainer, ctx, emitter, order.control_points, order.rank_callbacks,
                         next_step=trainer.args.callback_decisions == "next_step", heard=order.heard)
     if isinstance(order, TrainOrder):
+        # Its set-up marks the rest of the start-up timeline; rank 0 reports them.
         loop = TrainLoop(trainer, ctx, emitter, events, order.run_id, order.resume_from, on_ray=on_ray,
-                         startup=startup, taken_at=taken_at)  # its set-up marks the rest; rank 0 reports them
+                         startup=startup, taken_at=taken_at, own_hyperparameters=order.own_hyperparameters)
         return loop.run()
 
     # evaluate / predict: the model as the driver holds it, on this worker's device, no wrapper needed.

@@ -85,9 +85,10 @@ class Plan:
 class TrainLoop:
     watch = UNWATCHED  # this run's watchdog (worker/watchdog.py), while run() runs
     def __init__(self, trainer, ctx, emitter, events: LoopEvents, run_id: str, resume_from: Optional[str],
-                 on_ray: bool = False, startup: Optional[Timeline] = None, taken_at: Optional[float] = None):
+                 on_ray: bool = False, startup: Optional[Timeline] = None, taken_at: Optional[float] = None,
+                 own_hyperparameters: bool = False):
         """`startup`: this rank's side of the start-up timeline, from the job's receipt (startup.py); `taken_at`:
-        the sink's stamp of rank 0 taking the job."""
+        the sink's stamp of rank 0 taking the job; `own_hyperparameters`: TrainOrder's."""
         self.trainer = trainer
         self.on_ray = on_ray
         self.entered_at = time.time()  # setup_s on on_train_begin: how long building and resuming took
@@ -97,6 +98,7 @@ class TrainLoop:
         self.events = events
         self.run_id = run_id
         self.resume_from = resume_from
+        self.own_hyperparameters = own_hyperparameters
         self.startup = startup if startup is not None else Timeline()
         self.taken_at = taken_at
         self.micro = MicroStep()  # what training_step reads and tells back (worker/run_link.py)
@@ -158,7 +160,7 @@ class TrainLoop:
             self.emitter.emit(STARTUP_EVENT, phases=marks.phases, taken_at=self.taken_at)
 
     def _resume(self, url: str, fresh: TrainerState) -> TrainerState:
-        restored = self.checkpoints.restore(url)
+        restored = self.checkpoints.restore(url, self.own_hyperparameters)
         for name in ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps"):
             setattr(restored, name, getattr(fresh, name))
         if self.args.ignore_data_skip:

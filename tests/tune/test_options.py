@@ -6,7 +6,7 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBas
 
 from raytrainer import TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.tune.options import DEFAULT_NAME, check_evaluates, split_kwargs
+from raytrainer.tune.options import DEFAULT_NAME, check_evaluates, exploits, saves_at_every_evaluation, split_kwargs
 
 
 def test_n_trials_is_num_samples_and_the_defaults():
@@ -69,5 +69,22 @@ def test_a_scheduler_that_decides_on_evaluations_needs_evaluations(tmp_path):
     evaluating = TrainingArguments(output_dir=str(tmp_path), num_workers=1, use_gpu=False, eval_strategy="steps",
                                    eval_steps=2)
     check_evaluates(evaluating, ASHAScheduler())
-    with pytest.raises(ConfigError, match="not supported yet"):
-        check_evaluates(evaluating, PopulationBasedTraining(hyperparam_mutations={"learning_rate": [1e-3, 1e-2]}))
+
+    # Population Based Training continues the checkpoint of the step a trial evaluated: every evaluation saves.
+    pbt = PopulationBasedTraining(hyperparam_mutations={"learning_rate": [1e-3, 1e-2]})
+    assert exploits(pbt) and not exploits(ASHAScheduler())
+    with pytest.raises(ConfigError, match="every evaluation step must be a save step.*save_steps=500"):
+        check_evaluates(evaluating, pbt)
+
+    def aligned(**kw):
+        return saves_at_every_evaluation(TrainingArguments(output_dir=str(tmp_path), num_workers=1, use_gpu=False,
+                                                           **kw))
+
+    assert aligned(eval_strategy="steps", eval_steps=4, save_steps=2)
+    assert not aligned(eval_strategy="steps", eval_steps=3, save_steps=2)
+    assert aligned(eval_strategy="steps", logging_steps=6, save_steps=3)  # eval_steps unset: logging_steps
+    assert aligned(eval_strategy="epoch", save_strategy="epoch")
+    assert not aligned(eval_strategy="epoch", save_strategy="steps")
+    assert not aligned(eval_strategy="steps", eval_steps=2, save_strategy="no")
+    check_evaluates(TrainingArguments(output_dir=str(tmp_path), num_workers=1, use_gpu=False, eval_strategy="steps",
+                                      eval_steps=2, save_steps=2), pbt)

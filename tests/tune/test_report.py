@@ -1,11 +1,21 @@
 """TuneReport without Ray: what one evaluation reports, and Tune's stop turned into a stop at that step."""
 
+import json
 import math
 
 import pytest
 
+from raytrainer.callbacks.base import listens_to
 from raytrainer.state import TrainerControl, TrainerState
-from raytrainer.tune.report import OBJECTIVE, TuneReport, default_compute_objective, tune_metrics
+from raytrainer.tune.report import (
+    OBJECTIVE,
+    POINTER,
+    TuneReport,
+    TuneReportAtCommit,
+    default_compute_objective,
+    pointed_checkpoint,
+    tune_metrics,
+)
 
 METRICS = {"eval_loss": 2.5, "eval_runtime": 0.01, "eval_samples_per_second": 800.0,
            "eval_steps_per_second": 100.0, "epoch": 0.5}
@@ -84,3 +94,43 @@ def test_the_default_objective_is_transformers(metrics):
     """Defined here (no transformers import in each trial's actor), the same as transformers' own."""
     trainer_utils = pytest.importorskip("transformers.trainer_utils")
     assert default_compute_objective(dict(metrics)) == trainer_utils.default_compute_objective(dict(metrics))
+
+
+def test_under_pbt_an_evaluation_is_reported_once_its_checkpoint_is_committed(tmp_path):
+    from ray.tune import Checkpoint
+
+    from raytrainer import TrainingArguments
+
+    sent = []
+    args = TrainingArguments(output_dir=str(tmp_path / "run-a"), num_workers=1, use_gpu=False)
+    report = TuneReportAtCommit(default_compute_objective, report=lambda *a: sent.append(a))
+    assert listens_to(report, "step_end")  # every step's end waits for the driver: a stop given at on_save
+    report.on_evaluate(args, state_at(6), TrainerControl(), metrics=dict(METRICS))
+    assert sent == [] and report.pending["step"] == 6  # the workers save checkpoint-6 next
+    report.on_save(args, state_at(4), TrainerControl(), checkpoint=str(tmp_path / "run-a" / "checkpoint-4"))
+    assert sent == []  # an earlier checkpoint committed late
+    url = str(tmp_path / "run-a" / "checkpoint-6")
+    report.on_save(args, state_at(6), TrainerControl(), checkpoint=url)
+    [(result, pointer)] = sent
+    assert result["step"] == 6 and report.reported == 1 and report.pending is None
+    assert pointer == {"url": url, "run_dir": str(tmp_path / "run-a"), "step": 6}
+    folder = tmp_path / "tune-checkpoint"  # as Tune hands it back to the trial that continues it
+    folder.mkdir()
+    (folder / POINTER).write_text(json.dumps(pointer))
+    assert pointed_checkpoint(Checkpoint.from_directory(str(folder))) == pointer
+    (folder / POINTER).unlink()
+    assert pointed_checkpoint(Checkpoint.from_directory(str(folder))) is None  # not ours: the trial starts as usual
+    assert pointed_checkpoint(None) is None
+
+    def stopped(*a):
+        raise SystemExit(0)
+
+    report = TuneReportAtCommit(default_compute_objective, report=stopped)
+    control = TrainerControl()
+    report.on_evaluate(args, state_at(2), control, metrics=dict(METRICS))
+    report.on_save(args, state_at(2), control, checkpoint=url)
+    assert report.stopped and control.should_training_stop  # taken by the workers at their next step's end
+    report = TuneReportAtCommit(default_compute_objective, report=lambda *a: sent.append(a))
+    report.with_checkpoint = False  # an evaluate() after training: at once, without a checkpoint
+    report.on_evaluate(args, state_at(8), TrainerControl(), metrics=dict(METRICS))
+    assert sent[-1] == ({**METRICS, OBJECTIVE: 2.5, "step": 8},)

@@ -1,5 +1,6 @@
-"""`Trainer.hyperparameter_search`: bad input fails on the driver before any trial; one real sweep on the session's
-Ray (Ray Tune as it is, ASHA, 1-worker trials of the tiny model) whose driver dies mid-sweep and is run again."""
+"""`Trainer.hyperparameter_search`: bad input fails on the driver before any trial; real sweeps on the session's Ray
+(Ray Tune as it is, 1-worker trials of the tiny model): ASHA, its driver dying mid-sweep and run again; Population
+Based Training, a trial continuing the better trial's checkpoint with new values."""
 
 import json
 import os
@@ -7,16 +8,17 @@ import sys
 
 import pytest
 
-from raytrainer import Trainer, TrainingArguments
+from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.errors import ConfigError
 from raytrainer.tune.hf_names import BestRun
+from raytrainer.tune.report import POINTER
 from raytrainer.tune.search import NO_MODEL_INIT, check_space, choose_backend, sample
 from tests.models import TokenData, make_model
 
 ray_tune = pytest.importorskip("ray.tune")
 from ray.tune import Callback  # noqa: E402
-from ray.tune.schedulers import ASHAScheduler  # noqa: E402
+from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining  # noqa: E402
 
 
 def model_init():
@@ -154,3 +156,67 @@ def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_
     assert plain_loss == best.objective
     with open(os.path.join(second, "checkpoint-6", "trainer_state.json")) as f:
         assert json.load(f)["global_step"] == 6
+
+
+# ------------------------------------------------------------------ Population Based Training
+class LogsToFile(TrainerCallback):
+    """A user's driver callback (each trial runs a copy): each run's first step and its log records, as lines of
+    logs.jsonl in the trial's run folder."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._write(args, {"begin": state.global_step})
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self._write(args, {"step": state.global_step, **(logs or {})})
+
+    @staticmethod
+    def _write(args, record):
+        with open(os.path.join(args.output_dir, "logs.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_runs(run_dir: str):
+    """[{"begin": step, "steps": {step: log record}}] for each run of the trial, in order."""
+    runs = []
+    with open(os.path.join(run_dir, "logs.jsonl")) as f:
+        for record in map(json.loads, f):
+            if "begin" in record:
+                runs.append({"begin": record["begin"], "steps": {}})
+            elif "loss" in record:
+                runs[-1]["steps"][record["step"]] = record
+    return runs
+
+
+def test_population_based_training_continues_the_better_trials_checkpoint_with_the_new_values(tmp_path,
+                                                                                              ray_session):
+    out = str(tmp_path / "pbt")
+    # Both trials evaluate and save at step 3; PBT (synchronous: both reach step 3 before it decides) keeps
+    # 1e-2, and the 1e-6 trial continues 1e-2's checkpoint-3 with the learning rate PBT gives it (the one value
+    # of its mutations). Both then train step 4 from the same checkpoint-3: the same weights and data, two rates.
+    pbt = PopulationBasedTraining(time_attr="step", perturbation_interval=3, quantile_fraction=0.5, synch=True,
+                                  hyperparam_mutations={"learning_rate": [5e-3]})
+    args = arguments(out, max_steps=4, eval_steps=3, save_steps=3, logging_steps=1, lr_scheduler_type="constant")
+    best = trainer_of(args, callbacks=[LogsToFile()]).hyperparameter_search(
+        hp_space=lr_space([1e-2, 1e-6]), n_trials=1, scheduler=pbt, max_concurrent_trials=2, verbose=0)
+
+    results = {r.config["learning_rate"]: r.metrics for r in best.run_summary}
+    assert set(results) == {1e-2, 5e-3}, sorted(results)  # the 1e-6 trial now holds 5e-3
+    donor = read_runs(os.path.join(out, f"run-{results[1e-2]['trial_id']}"))
+    exploiter = read_runs(os.path.join(out, f"run-{results[5e-3]['trial_id']}"))
+    # Each trial's first run trained from step 0 to 3 at least (Tune's pause reaches the workers a step after the
+    # checkpoint's commit: step 4 or the run's end), its last run from checkpoint-3 to step 4.
+    assert exploiter[0]["begin"] == donor[0]["begin"] == 0
+    assert [exploiter[0]["steps"][s]["learning_rate"] for s in (1, 2, 3)] == [1e-6] * 3
+    assert [donor[0]["steps"][s]["learning_rate"] for s in (1, 2, 3)] == [1e-2] * 3
+    assert exploiter[-1]["begin"] == donor[-1]["begin"] == 3
+    after, donor_after = exploiter[-1]["steps"], donor[-1]["steps"]
+    assert sorted(after) == sorted(donor_after) == [4]
+    assert after[4]["learning_rate"] == 5e-3 and donor_after[4]["learning_rate"] == 1e-2
+    # The exploiter's last run is the donor's checkpoint-3: its step 4 (the loss of the weights after step 3, on the
+    # same data) equals the donor's to the bit, where its own step 3 did not.
+    assert after[4]["loss"] == donor_after[4]["loss"]
+    assert exploiter[0]["steps"][3]["loss"] != donor[0]["steps"][3]["loss"]
+    # Tune's checkpoints are pointers to the runs' committed ones: no weights in Tune's folder.
+    tune_files = [f for _, _, files in os.walk(os.path.join(out, "hp_search")) for f in files]
+    assert POINTER in tune_files and not any(f.endswith((".safetensors", ".bin", ".pt")) for f in tune_files)
+    assert best.hyperparameters in ({"learning_rate": 1e-2}, {"learning_rate": 5e-3})

@@ -1,12 +1,14 @@
 """A trial's Trainer built from the recipe, without Ray: its arguments, folder, model_init and callbacks. The
 trainable itself runs in tests/tune/test_search.py's real sweeps."""
 
+import os
 import pickle
 import sys
 
 import pytest
 
 from raytrainer import EarlyStoppingCallback, PrinterCallback, Trainer, TrainingArguments
+from raytrainer.checkpoint import manifest
 from raytrainer.errors import ConfigError
 from raytrainer.tune.hf_names import default_compute_objective
 from raytrainer.tune.report import TuneReport
@@ -15,6 +17,7 @@ from raytrainer.tune.trial import (
     ModelInitWithTrial,
     ShippedRecipe,
     TrialRecipe,
+    committed_checkpoint,
     run_name,
     takes_trial,
     trial_arguments,
@@ -110,3 +113,24 @@ def test_a_shipped_recipe_brings_the_drivers_import_path(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(folder)])
     opened = shipped.open()
     assert type(opened.callbacks[0]).__name__ == "Marker" and str(folder) in sys.path
+
+
+# ------------------------------------------------------------------ a PBT trial's checkpoint, once committed
+def checkpoint_at(run_dir, step: int, committed: bool = True) -> str:
+    url = str(run_dir / f"checkpoint-{step}")
+    os.makedirs(url)
+    with open(os.path.join(url, "model.safetensors"), "wb") as f:
+        f.write(bytes(64))
+    if committed:
+        manifest.commit(url, step)
+    return url
+
+
+def test_a_pbt_trial_continues_a_committed_checkpoint_and_names_one_gone_since(tmp_path):
+    run_dir = tmp_path / "run-donor"
+    url = checkpoint_at(run_dir, 4)
+    pointed = {"url": url, "run_dir": str(run_dir), "step": 4}
+    assert committed_checkpoint(pointed, None) == url
+    manifest.uncommit(url)  # as save_total_limit's rotation starts a removal
+    with pytest.raises(RuntimeError, match="no longer a committed checkpoint.*save_total_limit"):
+        committed_checkpoint(pointed, None)
