@@ -159,6 +159,8 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
             restore_states(self.callback_handler, resume_state.get("stateful_callbacks") or {})
         run_id = uuid.uuid4().hex[:12]
         self.state = TrainerState()
+        if resume_state:  # as transformers' state after a resume: the checkpoint's log history, then this run's
+            self.state.log_history = list(resume_state.get("log_history") or [])
         self.callback_handler.state = self.state
         # One writer per output_dir: taken before any actor starts, released when the run ends (lease.py).
         with lease.acquire(args.output_dir, run_id, args.storage_options), hub.checkpoint_pushes(self):

@@ -91,3 +91,26 @@ def test_eval_and_test_dataloaders_keep_transformers_semantics_and_shard_in_orde
     assert [i for batch in reverse.get_test_dataloader(TokenData(6)) for i in batch["idx"].tolist()] == [5, 4, 3]
     with pytest.raises(ValueError, match="evaluation requires an eval_dataset"):
         Trainer(model=make_model(), args=args).get_eval_dataloader()
+
+
+def test_after_a_resume_the_driver_callbacks_see_the_checkpoints_log_history_as_in_transformers(tmp_path):
+    """transformers loads the checkpoint's trainer_state.json: a callback's `state.log_history` after a resume
+    holds the earlier run's records, then this run's. The driver's state mirror starts from the checkpoint's."""
+    from raytrainer import TrainerCallback
+
+    seen = {}
+
+    class Steps(TrainerCallback):
+        def on_train_end(self, args, state, control, **kwargs):
+            seen["end"] = [h["step"] for h in state.log_history if "loss" in h]
+
+    def run(max_steps, resume):
+        args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=max_steps, save_steps=2,
+                                 logging_steps=1, per_device_train_batch_size=4, disable_tqdm=True,
+                                 report_to="none")
+        trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(32), callbacks=[Steps()])
+        trainer.train(resume_from_checkpoint=resume)
+        return [h["step"] for h in trainer.state.log_history if "loss" in h]
+
+    assert run(2, None) == seen["end"] == [1, 2]
+    assert run(4, True) == seen["end"] == [1, 2, 3, 4]  # the resumed run's callbacks: [3, 4] before
