@@ -1,7 +1,8 @@
 """FSDP checkpoints written in the background (save_async=True): DCP's async_save on every rank, the commit
-only after every rank's write finished. A committed one resumes at another world size; a worker that dies or
-fails in the middle of its background write leaves the previous checkpoint the newest committed one, and the
-restarted group resumes from it to the uninterrupted run's weights. Real Ray, 2 workers, FSDP over gloo."""
+only after every rank's write finished. A committed one resumes at another world size; a worker that fails or
+dies in the middle of its background write leaves the previous checkpoint the newest committed one, and the
+restarted group resumes from it to the uninterrupted run's weights (both failures in one run, one after the
+other: the two runs before cost a run and a group restart each). Real Ray, 2 workers, FSDP over gloo."""
 
 import json
 import os
@@ -45,22 +46,28 @@ def test_async_fsdp_checkpoint_is_committed_and_resumes_at_one_worker(reference,
 
 
 class FailsMidWrite(Trainer):
-    """Rank 1's DCP writer for checkpoint-4 writes its shard file, then fails (`how`: "raise") or kills its
-    process (`how`: "kill"), in DCP's background thread, once (a marker file survives the restart). The
-    worker processes may serve later tests: the patch only acts under this run's output_dir."""
+    """Rank 1's DCP writer fails in the middle of a background write, in DCP's background thread, once each
+    (marker files survive the restarts): checkpoint-4's writer writes its shard file, then raises; after the
+    restart, checkpoint-6's writes its shard file, then kills its process. The worker processes may serve later
+    tests: the patch only acts under this run's output_dir."""
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         patched = async_shards.dcp_writer
         if self.ctx.rank == 1 and getattr(patched, "output_dir", None) != self.args.output_dir:
             original = getattr(patched, "original", patched)  # a kept worker may hold an earlier test's patch
-            async_shards.dcp_writer = _failing(original, self.args.output_dir, self.marker, self.how)
+            async_shards.dcp_writer = _failing(original, self.args.output_dir, self.markers)
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def _failing(make_writer, output_dir, marker, how):
+FAILURES = {"checkpoint-4": "raise", "checkpoint-6": "kill"}
+
+
+def _failing(make_writer, output_dir, markers):
     def make(url, storage_options):
         writer = make_writer(url, storage_options)
-        if not url.startswith(join(output_dir, "checkpoint-4")) or os.path.exists(marker):
+        how = next((how for name, how in FAILURES.items() if url.startswith(join(output_dir, name))), None)
+        marker = os.path.join(markers, how) if how else None
+        if how is None or os.path.exists(marker):
             return writer
         write_data = writer.write_data
 
@@ -78,17 +85,18 @@ def _failing(make_writer, output_dir, marker, how):
     return make
 
 
-@pytest.mark.parametrize("how", ["kill", "raise"])
-def test_a_failed_background_write_leaves_the_previous_checkpoint_the_newest(reference, tmp_path, how):
+def test_a_failed_or_killed_background_write_leaves_the_previous_checkpoint_the_newest(reference, tmp_path):
+    """One run, two failures: a write that raises (checkpoint-4), then a worker killed mid-write (checkpoint-6)."""
     final, _ = reference
     output_dir = str(tmp_path / "run")
-    trainer = FailsMidWrite(model=make_blocks(), args=blocks_args(output_dir, max_failures=1, **COMMON),
+    trainer = FailsMidWrite(model=make_blocks(), args=blocks_args(output_dir, max_failures=2, **COMMON),
                             train_dataset=TokenData(24))
-    trainer.marker, trainer.how = str(tmp_path / "failed"), how  # instance attributes travel to the workers
+    trainer.markers = str(tmp_path)  # an instance attribute travels to the workers
     trainer.train()
-    assert os.path.exists(str(tmp_path / "failed")), "the injected failure never happened"
-    # checkpoint-4 was never committed: the restarted group resumed from checkpoint-2, removed the partial
-    # checkpoint-4, and wrote (and committed) it again.
-    assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-2"]
+    for how in ("raise", "kill"):
+        assert os.path.exists(str(tmp_path / how)), f"the injected failure ({how}) never happened"
+    # Neither checkpoint was committed by the failed write: each restarted group resumed from the one before,
+    # removed the partial checkpoint, and wrote (and committed) it again.
+    assert [r["checkpoint"].rsplit("/", 1)[1] for r in trainer.state.restarts] == ["checkpoint-2", "checkpoint-4"]
     assert {c.step: c.committed for c in list_checkpoints(output_dir)} == {2: True, 4: True, 6: True}
     assert_same_weights(weights(trainer.model), final)
