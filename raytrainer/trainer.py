@@ -53,6 +53,10 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
     # A resume keeps the arguments' optimizer hyperparameters, not the checkpoint's: set on a PBT trial's Trainer,
     # which continues another trial's checkpoint with its own learning rate (tune/trial.py).
     _own_hyperparameters = False
+    # A hyperparameter search's trial: its values and its hp_name (tune/trial.py), recorded in the run's state as
+    # transformers records them (is_hyper_param_search, trial_params, trial_name).
+    _trial: Optional[dict] = None
+    _trial_name: Optional[str] = None
 
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,

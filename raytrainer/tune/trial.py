@@ -137,6 +137,10 @@ def trial_trainer(recipe: TrialRecipe, config: Dict[str, Any], run_dir: str, rep
     if takes_trial(trainer.model_init):
         trainer.model_init = ModelInitWithTrial(trainer.model_init, config)
     trainer.model = trainer.model_wrapped = None  # built from model_init on the workers (and here, at the end)
+    # What the run's state records of the trial, as transformers': its values, and hp_name's name for it (the
+    # run folder's name; None without hp_name).
+    trainer._trial = dict(config)
+    trainer._trial_name = storage.basename(run_dir) if recipe.hp_name is not None else None
     trainer.state = TrainerState()
     trainer.callback_handler = CallbackHandler([], trainer.args, trainer.state)
     for callback in [*recipe.callbacks, *reporter_callbacks(trainer.args), report]:

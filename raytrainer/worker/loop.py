@@ -149,6 +149,9 @@ class TrainLoop:
             train_batch_size=args.per_device_train_batch_size)
         if url is not None:
             state = self._resume(url, state)
+        if trainer._trial is not None:  # a hyperparameter search's trial, recorded as transformers does
+            state.is_hyper_param_search, state.trial_params = True, dict(trainer._trial)
+            state.trial_name = trainer._trial_name
         state.own.update(run_id=self.run_id, world_size=ctx.world_size,
                          global_batch_size=global_batch_size(args, ctx.world_size))
         self._record_restart(state, url)

@@ -155,7 +155,11 @@ def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_
     print(f"best objective {best.objective!r}, Tune's record {results[1e-2]['objective']!r}, plain run {plain_loss!r}")
     assert plain_loss == best.objective
     with open(os.path.join(second, "checkpoint-6", "trainer_state.json")) as f:
-        assert json.load(f)["global_step"] == 6
+        state = json.load(f)
+    assert state["global_step"] == 6
+    # As transformers records a trial (no hp_name: no trial name).
+    assert state["is_hyper_param_search"] and state["trial_params"] == {"learning_rate": 1e-2}
+    assert state["trial_name"] is None
 
 
 # ------------------------------------------------------------------ Population Based Training

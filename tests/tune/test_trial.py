@@ -95,6 +95,11 @@ def test_the_trials_trainer_has_its_own_arguments_callbacks_and_pool(tmp_path):
     assert len(copied) == 1 and copied[0] is not stop  # each trial's own state
     assert trial._pool_user is not trainer._pool_user and trial.state is not trainer.state
     assert trainer.args.output_dir == str(tmp_path / "sweep")  # the user's Trainer is left as it was
+    # What its state will record, as transformers': the trial's values; a name only from hp_name.
+    assert trial._trial == {"learning_rate": 0.05} and trial._trial_name is None and trainer._trial is None
+    recipe.hp_name = lambda values: f"lr-{values['learning_rate']}"
+    named = trial_trainer(recipe, {"learning_rate": 0.05}, str(tmp_path / "sweep" / "lr-0.05"), report)
+    assert named._trial_name == "lr-0.05"
 
 
 def test_a_shipped_recipe_brings_the_drivers_import_path(tmp_path, monkeypatch):
