@@ -277,6 +277,12 @@ def _started(lease: Lease, heartbeat: bool) -> Lease:
     return lease
 
 
+def live_holder(output_dir: str, storage_options: Optional[dict] = None) -> Optional[dict]:
+    """The lease record of the run writing output_dir now, or None (no lease, or a stale one)."""
+    record, _ = _Store(output_dir, storage_options).read()
+    return record if record is not None and _stale_reason(record) is None else None
+
+
 def check_held(output_dir: str, run_id: str, storage_options: Optional[dict] = None,
                retry: Optional[Retry] = None) -> None:
     """On a worker, before resuming and before each commit: the lease must still be this run's."""

@@ -123,17 +123,16 @@ class TuneReportAtCommit(TuneReport):
 
     A stop that Tune gives at on_save reaches the workers at their next step's end: `on_step_end`, implemented
     here, makes every step's end a point where every rank takes the driver's decision (a round trip per step,
-    under PBT only). Set `with_checkpoint` False to report evaluations at once (an evaluate() after training)."""
+    under PBT only)."""
+
+    with_checkpoint = True
 
     def __init__(self, compute_objective: Callable[[Dict[str, float]], float],
                  report: Optional[Callable[..., None]] = None):
         super().__init__(compute_objective, report)
-        self.with_checkpoint = True
         self.pending: Optional[Dict[str, Any]] = None  # the last evaluation's result, until its step is committed
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if not self.with_checkpoint:
-            return super().on_evaluate(args, state, control, metrics=metrics, **kwargs)
         if not self.stopped:
             self.pending = self.result_of(state, metrics)
 
@@ -145,12 +144,13 @@ class TuneReportAtCommit(TuneReport):
             state.global_step)), "run_dir": args.output_dir, "step": state.global_step})
 
     def on_step_end(self, args, state, control, **kwargs):
-        """Nothing to do: its presence makes the step's end a decision point (see the class)."""
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.pending is not None and not self.stopped:  # its checkpoint never came: the result alone
-            result, self.pending = self.pending, None
-            self.send(result, control)
+        """The run's last step is evaluated and saved: its result goes to Tune with its checkpoint, as every result
+        under PBT (a result without one, after training, was one more for PBT to act on: with Ray's example
+        time_attr="training_iteration", each result a perturbation, a trial continued at its last step evaluated
+        again, was paused and continued again, without end). The method also makes every step's end a decision
+        point (see the class)."""
+        if state.max_steps and state.global_step >= state.max_steps:
+            control.should_evaluate = control.should_save = True
 
 
 def pointed_checkpoint(checkpoint) -> Optional[Dict[str, Any]]:

@@ -54,6 +54,8 @@ def hyperparameter_search(trainer, hp_space: Optional[Callable[[Any], Dict[str, 
     resources.check_trial_placeable(trainer.args, opts.resources, totals)
     opts.tune_config.setdefault("max_concurrent_trials",
                                 resources.default_concurrency(trainer.args, opts.resources, totals))
+    tune_options.check_synchronous_fits(opts.tune_config.get("scheduler"), space, n_trials,
+                                        opts.tune_config["max_concurrent_trials"])
     # This process's idle worker groups (an earlier train() of the script) would hold what the trials' groups
     # need: released now if the first trials would not fit beside them.
     need = resources.trial_needs(trainer.args, opts.resources)

@@ -26,12 +26,14 @@ import copy
 import dataclasses
 import inspect
 import os
+import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from .. import code_paths, storage
 from ..callbacks.base import CallbackHandler
 from ..callbacks.progress import PrinterCallback, ProgressCallback
 from ..callbacks.reporters import reporter_callbacks
+from ..checkpoint import lease
 from ..checkpoint.listing import newest_committed
 from ..checkpoint.manifest import is_committed
 from ..coordinator import holders
@@ -45,6 +47,9 @@ from .report import TuneReport, TuneReportAtCommit, pointed_checkpoint
 # warm worker group with it.
 THREAD_TIMEOUT_ENV = "TUNE_FUNCTION_THREAD_TIMEOUT_S"
 THREAD_TIMEOUT_S = "300"
+# How long a trial started again waits for its last run (in another actor) to end and release the run folder.
+LEASE_WAIT_S = 600.0
+LEASE_POLL_S = 0.5
 
 
 @dataclasses.dataclass
@@ -171,6 +176,7 @@ def run_trial(config: Dict[str, Any], recipe: Union[ShippedRecipe, TrialRecipe])
     report = (TuneReportAtCommit if recipe.exploits else TuneReport)(recipe.compute_objective)
     trainer = trial_trainer(recipe, config, run_dir, report)
     pointed = pointed_checkpoint(tune.get_checkpoint())
+    wait_for_the_last_run(run_dir, trainer.args.storage_options)
     if pointed is not None:  # PBT: the checkpoint Tune chose, this trial's or another's, with this trial's values
         trainer._own_hyperparameters = True
         trainer.train(resume_from_checkpoint=committed_checkpoint(pointed, trainer.args.storage_options))
@@ -184,9 +190,21 @@ def run_trial(config: Dict[str, Any], recipe: Union[ShippedRecipe, TrialRecipe])
         # end the trial's thread as that SystemExit would have. Returning instead, Tune's wrapper would report
         # once more into the closed session and wait there forever, and Tune's reuse of this actor with it.
         raise SystemExit(0)
-    if report.reported == 0:  # no evaluation during training: one at the end, as transformers' Ray backend
-        report.with_checkpoint = False  # evaluate() saves no checkpoint to wait for
+    # No evaluation during training: one at the end, as transformers' Ray backend. Under PBT the last step was
+    # evaluated with its checkpoint (TuneReportAtCommit); a run continued at its last step trains nothing and
+    # reports nothing.
+    if report.reported == 0 and not report.with_checkpoint:
         trainer.evaluate()
+
+
+def wait_for_the_last_run(run_dir: str, storage_options: Optional[dict]):
+    """Tune may start a paused trial again (PBT) in another actor while its last run, in the old one, still stops:
+    a step, then its stop's checkpoint and commit. That run holds the run folder's lease, and the new run would be
+    refused (LeaseHeldError, seen with synchronous PBT). Wait until it ends (or its lease goes stale: its actor
+    was ended), at most LEASE_WAIT_S; the new run then takes the lease, or names the holder if it is still held."""
+    deadline = time.monotonic() + LEASE_WAIT_S
+    while lease.live_holder(run_dir, storage_options) is not None and time.monotonic() < deadline:
+        time.sleep(LEASE_POLL_S)
 
 
 def committed_checkpoint(pointed: Dict[str, Any], storage_options: Optional[dict]) -> str:

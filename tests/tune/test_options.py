@@ -6,7 +6,14 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBas
 
 from raytrainer import TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.tune.options import DEFAULT_NAME, check_evaluates, exploits, saves_at_every_evaluation, split_kwargs
+from raytrainer.tune.options import (
+    DEFAULT_NAME,
+    check_evaluates,
+    check_synchronous_fits,
+    exploits,
+    saves_at_every_evaluation,
+    split_kwargs,
+)
 
 
 def test_n_trials_is_num_samples_and_the_defaults():
@@ -88,3 +95,16 @@ def test_a_scheduler_that_decides_on_evaluations_needs_evaluations(tmp_path):
     assert not aligned(eval_strategy="steps", eval_steps=2, save_strategy="no")
     check_evaluates(TrainingArguments(output_dir=str(tmp_path), num_workers=1, use_gpu=False, eval_strategy="steps",
                                       eval_steps=2, save_steps=2), pbt)
+
+
+def test_synchronous_pbt_with_more_trials_than_run_at_once_is_refused():
+    """Tune counts a paused trial as unfinished: the trials past max_concurrent_trials would never start, and
+    synchronous PBT would wait for them forever."""
+    synch = PopulationBasedTraining(synch=True, hyperparam_mutations={"learning_rate": [1e-3, 1e-2]})
+    grid = {"learning_rate": {"grid_search": [1e-3, 1e-2, 1e-1]}, "seed": 3}
+    with pytest.raises(ConfigError, match="sweep's 6 trials would wait forever.*<= 4.*max_concurrent_trials=6"):
+        check_synchronous_fits(synch, grid, n_trials=2, concurrent=4)
+    check_synchronous_fits(synch, grid, n_trials=1, concurrent=4)  # 3 trials, all at once
+    asynchronous = PopulationBasedTraining(hyperparam_mutations={"learning_rate": [1e-3, 1e-2]})
+    check_synchronous_fits(asynchronous, grid, n_trials=2, concurrent=4)
+    check_synchronous_fits(ASHAScheduler(), grid, n_trials=2, concurrent=4)

@@ -130,7 +130,11 @@ def test_under_pbt_an_evaluation_is_reported_once_its_checkpoint_is_committed(tm
     report.on_evaluate(args, state_at(2), control, metrics=dict(METRICS))
     report.on_save(args, state_at(2), control, checkpoint=url)
     assert report.stopped and control.should_training_stop  # taken by the workers at their next step's end
-    report = TuneReportAtCommit(default_compute_objective, report=lambda *a: sent.append(a))
-    report.with_checkpoint = False  # an evaluate() after training: at once, without a checkpoint
-    report.on_evaluate(args, state_at(8), TrainerControl(), metrics=dict(METRICS))
-    assert sent[-1] == ({**METRICS, OBJECTIVE: 2.5, "step": 8},)
+    # The run's last step is evaluated and saved: its result goes to Tune with its checkpoint too.
+    last, before = state_at(8), state_at(7)
+    last.max_steps = before.max_steps = 8
+    control = TrainerControl()
+    report.on_step_end(args, before, control)
+    assert not control.should_evaluate and not control.should_save
+    report.on_step_end(args, last, control)
+    assert control.should_evaluate and control.should_save

@@ -197,6 +197,7 @@ def test_population_based_training_continues_the_better_trials_checkpoint_with_t
     # Both trials evaluate and save at step 3; PBT (synchronous: both reach step 3 before it decides) keeps
     # 1e-2, and the 1e-6 trial continues 1e-2's checkpoint-3 with the learning rate PBT gives it (the one value
     # of its mutations). Both then train step 4 from the same checkpoint-3: the same weights and data, two rates.
+    # Their last step is evaluated and saved (under PBT every result has its checkpoint): their final results.
     pbt = PopulationBasedTraining(time_attr="step", perturbation_interval=3, quantile_fraction=0.5, synch=True,
                                   hyperparam_mutations={"learning_rate": [5e-3]})
     args = arguments(out, max_steps=4, eval_steps=3, save_steps=3, logging_steps=1, lr_scheduler_type="constant")
@@ -205,6 +206,7 @@ def test_population_based_training_continues_the_better_trials_checkpoint_with_t
 
     results = {r.config["learning_rate"]: r.metrics for r in best.run_summary}
     assert set(results) == {1e-2, 5e-3}, sorted(results)  # the 1e-6 trial now holds 5e-3
+    assert results[1e-2]["step"] == results[5e-3]["step"] == 4  # each trial's last step: a result of its own
     donor = read_runs(os.path.join(out, f"run-{results[1e-2]['trial_id']}"))
     exploiter = read_runs(os.path.join(out, f"run-{results[5e-3]['trial_id']}"))
     # Each trial's first run trained from step 0 to 3 at least (Tune's pause reaches the workers a step after the

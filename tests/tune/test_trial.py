@@ -4,11 +4,13 @@ trainable itself runs in tests/tune/test_search.py's real sweeps."""
 import os
 import pickle
 import sys
+import threading
+import time
 
 import pytest
 
 from raytrainer import EarlyStoppingCallback, PrinterCallback, Trainer, TrainingArguments
-from raytrainer.checkpoint import manifest
+from raytrainer.checkpoint import lease, manifest
 from raytrainer.errors import ConfigError
 from raytrainer.tune.hf_names import default_compute_objective
 from raytrainer.tune.report import TuneReport
@@ -23,6 +25,7 @@ from raytrainer.tune.trial import (
     trial_arguments,
     trial_trainer,
     user_callbacks,
+    wait_for_the_last_run,
 )
 from tests.models import TokenData, make_model
 
@@ -139,3 +142,15 @@ def test_a_pbt_trial_continues_a_committed_checkpoint_and_names_one_gone_since(t
     manifest.uncommit(url)  # as save_total_limit's rotation starts a removal
     with pytest.raises(RuntimeError, match="no longer a committed checkpoint.*save_total_limit"):
         committed_checkpoint(pointed, None)
+
+
+def test_a_trial_started_again_waits_for_its_last_run_to_release_the_folder(tmp_path):
+    """PBT starts a paused trial again, maybe in another actor, while its last run still stops there."""
+    run_dir = str(tmp_path / "run-a")
+    held = lease.acquire(run_dir, "the-last-run")
+    threading.Timer(1.0, held.release).start()
+    started = time.monotonic()
+    wait_for_the_last_run(run_dir, None)
+    assert time.monotonic() - started >= 0.9 and lease.live_holder(run_dir) is None
+    with lease.acquire(run_dir, "the-new-run"):  # taken at once now
+        pass
