@@ -83,3 +83,18 @@ def test_examples_take_arguments_from_a_yaml_file_and_the_command_line(module, t
     config.write_text("num_workers: 3\nlearning_rate: 1.0e-4\nseed: 7\n")
     *_, args = parser.parse_args_into_dataclasses([str(config), "--seed", "8"])
     assert (args.num_workers, args.learning_rate, args.seed) == (3, 1e-4, 8)
+
+
+def test_hyperparameter_search_example_runs_each_trial_in_its_folder_and_returns_the_best(tmp_path):
+    """The Optuna backend, in process: two trials (sampled at random: their accuracies are not checked against
+    chance), each a run in its own folder with its checkpoints; the best is the study's."""
+    pytest.importorskip("optuna")
+    from examples.hyperparameter_search import main
+
+    best = main([*FAST, "--backend", "optuna", "--n_trials", "2", "--output_dir", str(tmp_path), "--max_steps",
+                 "60", "--eval_steps", "30", "--save_steps", "30"])
+    study = best.run_summary
+    assert len(study.trials) == 2 and best.objective == study.best_value and 0.0 <= best.objective <= 1.0
+    assert set(best.hyperparameters) == {"learning_rate", "weight_decay"}
+    for trial in study.trials:
+        assert [c.step for c in list_checkpoints(str(tmp_path / f"run-{trial.number}")) if c.committed] == [30, 60]
