@@ -137,8 +137,7 @@ def exploits(scheduler: Optional[Any]) -> bool:
 def saves_at_every_evaluation(args) -> bool:
     """Whether every step the arguments evaluate at is also a step they save at (eval_steps unset is
     logging_steps, as in transformers)."""
-    evaluate, save = str(getattr(args.eval_strategy, "value", args.eval_strategy)), \
-        str(getattr(args.save_strategy, "value", args.save_strategy))
+    evaluate, save = args.eval_strategy, args.save_strategy  # plain strings: TrainingArguments normalises enums
     if evaluate != save or evaluate not in ("steps", "epoch"):
         return False
     if evaluate == "epoch":

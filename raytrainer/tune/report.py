@@ -26,12 +26,10 @@ import os
 import tempfile
 from typing import Any, Callable, Dict, Optional
 
-from .. import storage
 from ..callbacks.base import TrainerCallback
-from ..checkpoint.listing import checkpoint_name
 
 OBJECTIVE = "objective"  # the metric's name in Tune, as transformers names it
-POINTER = "raytrainer_checkpoint.json"  # in a Tune checkpoint: the run's checkpoint {"url", "run_dir", "step"}
+POINTER = "raytrainer_checkpoint.json"  # in a Tune checkpoint: the run's checkpoint {"url", "step"}
 
 
 def default_compute_objective(metrics: Dict[str, float]) -> float:
@@ -140,8 +138,7 @@ class TuneReportAtCommit(TuneReport):
         if self.stopped or self.pending is None or self.pending["step"] != state.global_step:
             return  # an earlier save committed late: its evaluation's result was sent with it
         result, self.pending = self.pending, None
-        self.send(result, control, {"url": checkpoint or storage.join(args.output_dir, checkpoint_name(
-            state.global_step)), "run_dir": args.output_dir, "step": state.global_step})
+        self.send(result, control, {"url": checkpoint, "step": state.global_step})  # the save event's URL
 
     def on_step_end(self, args, state, control, **kwargs):
         """The run's last step is evaluated and saved: its result goes to Tune with its checkpoint, as every result
@@ -154,8 +151,7 @@ class TuneReportAtCommit(TuneReport):
 
 
 def pointed_checkpoint(checkpoint) -> Optional[Dict[str, Any]]:
-    """The run's checkpoint that a Tune checkpoint of ours names ({"url", "run_dir", "step"}); None for any
-    other."""
+    """The run's checkpoint that a Tune checkpoint of ours names ({"url", "step"}); None for any other."""
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as folder:

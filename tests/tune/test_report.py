@@ -113,7 +113,7 @@ def test_under_pbt_an_evaluation_is_reported_once_its_checkpoint_is_committed(tm
     report.on_save(args, state_at(6), TrainerControl(), checkpoint=url)
     [(result, pointer)] = sent
     assert result["step"] == 6 and report.reported == 1 and report.pending is None
-    assert pointer == {"url": url, "run_dir": str(tmp_path / "run-a"), "step": 6}
+    assert pointer == {"url": url, "step": 6}
     folder = tmp_path / "tune-checkpoint"  # as Tune hands it back to the trial that continues it
     folder.mkdir()
     (folder / POINTER).write_text(json.dumps(pointer))

@@ -137,7 +137,7 @@ def checkpoint_at(run_dir, step: int, committed: bool = True) -> str:
 def test_a_pbt_trial_continues_a_committed_checkpoint_and_names_one_gone_since(tmp_path):
     run_dir = tmp_path / "run-donor"
     url = checkpoint_at(run_dir, 4)
-    pointed = {"url": url, "run_dir": str(run_dir), "step": 4}
+    pointed = {"url": url, "step": 4}
     assert committed_checkpoint(pointed, None) == url
     manifest.uncommit(url)  # as save_total_limit's rotation starts a removal
     with pytest.raises(RuntimeError, match="no longer a committed checkpoint.*save_total_limit"):
