@@ -11,7 +11,7 @@ import pickle
 import re
 
 from ray.train import UserCallback
-from ray.train.v2._internal.execution.callback import ControllerCallback
+from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
 
 from ..protocol import Reason
 from ..worker.user_errors import WorkerError
@@ -102,10 +102,12 @@ class FailureRecorder(UserCallback):
             ray.get_runtime_context().current_actor.abort.remote()
 
 
-class ControllerRecorder(ControllerCallback):
+class ControllerRecorder(ControllerCallback, WorkerGroupCallback):
     """Hands Ray Train's controller actor to the sink, so that the driver can abort a group that is running a
-    job it no longer waits for (a second Ctrl-C, a driver callback that raised). Internal API of Ray 2.60:
-    a Ray Train without it only makes such a group finish its job before it is released."""
+    job it no longer waits for (a second Ctrl-C, a driver callback that raised), and each worker group's
+    placement group, so that the driver can remove it when the controller dies without removing it itself
+    (group.py `_remove_orphaned_placement_group`). Internal API of Ray 2.60: a Ray Train without it only makes
+    such a group finish its job before it is released."""
 
     def __init__(self, sink):
         self.sink = sink
@@ -118,6 +120,11 @@ class ControllerRecorder(ControllerCallback):
         # abandoned. Pickled here: the sink only keeps it for the driver, and an actor handle Ray deserializes
         # loads its class, Ray Train's controller module (2-3 CPU seconds in every sink's start).
         self.sink.set_controller.remote(pickle.dumps(ray.get_runtime_context().current_actor))
+
+    def after_worker_group_start(self, worker_group):
+        # Each start's (a restart places a new group): Ray Train removes the old one as it shuts it down.
+        placement_group = worker_group.get_worker_group_state().placement_group_handle.placement_group
+        self.sink.set_placement_group.remote(placement_group.id.hex())
 
 
 class ResizeRecorder(ControllerCallback):

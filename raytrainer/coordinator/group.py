@@ -68,19 +68,38 @@ class GroupSpec:
 
 
 @functools.lru_cache(maxsize=None)
-def _group_trainer_class():
-    """Ray Train's TorchTrainer without its DatasetsCallback. That callback starts a DatasetManager actor for
-    every worker group, datasets or not, to split the datasets given to TorchTrainer; ours are not given to it
-    (each job splits its own, data/ray_data.py). One actor process less per group start, whose CPU the workers
-    starting beside it need (benchmarks/worker_group.py)."""
+def _group_trainer_class(keeps_cleaner: bool):
+    """Ray Train's TorchTrainer without its DatasetsCallback and, unless `keeps_cleaner`, its
+    PlacementGroupCleanerCallback: two actor processes less per group start (each imports Ray, pandas and Ray
+    Train: about 1.7 CPU seconds, which the workers starting beside it need; benchmarks/worker_group.py).
+
+    - The DatasetsCallback starts a DatasetManager actor for every worker group, datasets or not, to split the
+      datasets given to TorchTrainer; ours are not given to it (each job splits its own, data/ray_data.py).
+    - The cleaner is a detached actor that asks Ray's state API each second whether the controller lives, and
+      removes the group's placement group once it does not: a placement group made by an actor is the Ray
+      job's, and outlives a controller that dies without removing it. A driver process does that itself
+      (`WorkerGroup._remove_orphaned_placement_group`), and when the driver process dies its Ray job ends,
+      the placement groups with it. A driver that is itself an actor (a Tune trial, which Tune kills at the
+      end of a sweep) can die with its controller and leave the job running: there the cleaner stays.
+    """
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+
+    dropped = (DatasetsCallback,) if keeps_cleaner else (DatasetsCallback, PlacementGroupCleanerCallback)
 
     class GroupTrainer(TorchTrainer):
         def _create_default_callbacks(self):
-            return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, DatasetsCallback)]
+            return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, dropped)]
 
     return GroupTrainer
+
+
+def driver_is_an_actor() -> bool:
+    """Whether this process's Trainer runs inside a Ray actor (a Tune trial) rather than a driver process."""
+    import ray
+
+    return ray.get_runtime_context().get_actor_id() is not None
 
 
 def ray_instance() -> Optional[str]:
@@ -118,7 +137,7 @@ class WorkerGroup:
         # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (docs/fault-tolerance.md).
         scaling = dict(num_workers=tuple(run.num_workers), elastic_resize_monitor_interval_s=
                        run.elastic_resize_monitor_interval_s) if run.elastic else dict(num_workers=most)
-        torch_trainer = _group_trainer_class()(
+        torch_trainer = _group_trainer_class(driver_is_an_actor())(
             ray_worker_main,
             train_loop_config={"sink": self.sink},
             scaling_config=ScalingConfig(**scaling, use_gpu=spec.use_gpu,
@@ -145,6 +164,7 @@ class WorkerGroup:
             torch_trainer.fit()
         except BaseException as exc:  # the job in flight raises it (pump._pump_job)
             self.error = exc
+            self._remove_orphaned_placement_group()
             if not self.closing:
                 return  # the driver may still read the job's last events from the sink
         # The board closed (close(), idle timeout): every worker has returned. Ray Train's controller actor may
@@ -243,7 +263,7 @@ class WorkerGroup:
                 self._controller = self.controller()
             if self._controller is not None:
                 self._abort_gracefully()
-                ray.kill(self._controller)  # its workers and their placement group go with it
+                ray.kill(self._controller)  # its workers go with it; its placement group: _fit's error path
         except Exception:  # noqa: BLE001 (a dead sink or controller: nothing left to stop)
             pass
 
@@ -259,6 +279,25 @@ class WorkerGroup:
             ray.get(self._controller.abort.remote(), timeout=ABORT_TIMEOUT_S)
         except Exception:  # noqa: BLE001 (abort ends the actor: its answer may be the actor's death)
             pass
+
+    def _remove_orphaned_placement_group(self):
+        """After fit() raised: a controller that died (killed after an abort that did not answer, lost to an
+        out-of-memory kill) left its worker group's placement group reserving the workers' CPUs for as long as
+        this driver's Ray job runs. Removed here, as Ray Train's cleaner would (see `_group_trainer_class`); one
+        that Ray Train removed itself is left alone."""
+        import ray
+        from ray._raylet import PlacementGroupID
+        from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+        try:
+            hex_id = ray.get(self.sink.placement_group.remote(), timeout=10)
+            if hex_id is None:
+                return  # no worker group was placed
+            group = PlacementGroup(PlacementGroupID(bytes.fromhex(hex_id)))
+            if placement_group_table(group).get("state") not in (None, "REMOVED"):
+                remove_placement_group(group)
+        except Exception:  # noqa: BLE001 (a dead sink, a Ray shut down: nothing this driver can still remove)
+            logger.debug("Could not remove the placement group of a dead controller", exc_info=True)
 
     def controller(self):
         """Ray Train's controller actor of this group, once it has started (None before)."""

@@ -52,6 +52,7 @@ class EventSink:
         self._request_ids = itertools.count()  # across jobs: a late answer never meets another job's request
         self._taken: Optional[str] = None  # the last job whose result the driver has read
         self._controller = None  # Ray Train's controller actor: the driver aborts a group through it
+        self._placement_group: Optional[str] = None  # the hex id of its worker group's placement group
         self._stop: Optional[asyncio.Event] = None
         self._new_job()
 
@@ -91,6 +92,13 @@ class EventSink:
 
     async def controller(self) -> Optional[bytes]:
         return self._controller
+
+    async def set_placement_group(self, hex_id: str) -> bool:
+        self._placement_group = hex_id  # the newest worker group's (failures.ControllerRecorder)
+        return True
+
+    async def placement_group(self) -> Optional[str]:
+        return self._placement_group
 
     # ------------------------------------------------------------------ events and control
     async def push(self, messages: Sequence[Any]) -> int:

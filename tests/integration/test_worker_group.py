@@ -139,6 +139,8 @@ def test_train_resume_evaluate_predict_run_on_one_group_and_equal_the_same_calls
     # No DatasetManager: jobs split their own Ray Datasets, and one actor less is a faster group start (group.py).
     started = ActorsOf(trainer._group).every_class()
     assert started.count("RayTrainWorker") == 2 and "DatasetManager" not in started, started
+    # Nor Ray Train's placement-group cleaner: a driver process removes an orphaned placement group itself.
+    assert "PlacementGroupCleaner" not in started, started
 
     # One uninterrupted run (in process, the global batch of 8 as one batch) ends with the same weights.
     uninterrupted = Trainer(model=make_model(), args=TrainingArguments(**options(
@@ -222,8 +224,31 @@ def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable
     assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
     assert trainer._group is group  # Ray Train replaced the failed workers inside the same group
 
+    # The controller killed without its own clean-up (as an out-of-memory kill would): its placement group, the
+    # Ray job's, would hold both workers' CPUs until this driver exits. The driver removes it (group.py).
+    placement = placement_group_state(group)
+    assert placement() == "CREATED"
+    import ray
+
+    ray.kill(group.controller())
+    group._thread.join(30)
+    deadline = time.monotonic() + 10
+    while placement() != "REMOVED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert placement() == "REMOVED"
+
     trainer.close()
     assert wait_until_no_actor_of_ours(among=actors) == []
+
+
+def placement_group_state(group):
+    """The state of the group's newest placement group, as Ray's table has it now."""
+    import ray
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, placement_group_table
+
+    hex_id = ray.get(group.sink.placement_group.remote())
+    return lambda: placement_group_table(PlacementGroup(PlacementGroupID(bytes.fromhex(hex_id))))["state"]
 
 
 def test_trainers_one_after_another_share_the_process_pool(tmp_path):
