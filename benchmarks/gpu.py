@@ -52,10 +52,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import gpu_loops  # noqa: E402
+import hosted_ladder  # noqa: E402
 from gpu_loops import Workload  # noqa: E402
 
 PARTS = ("own", "mfu", "hosted")
 STRATEGIES = ("ddp", "fsdp")  # of the own and hosted parts
+# ladder: the same script plain, in a bare Ray actor and launched (1 worker); before HF's FSDP, whose rounds are long
+HOSTED_VARIANTS = ("ddp", "ladder", "fsdp")
 HOSTED_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_hosted_script.py")
 TARGET_STEP, TARGET_MEM, TARGET_MFU = 1.03, 1.05, 0.40
 
@@ -74,6 +77,7 @@ PROFILE_STEPS = 5  # the steps a profiled run's window covers (the hosted part's
 # first are run only while this much of --budget-s is left (the 1B model's compile and the hosted part come after
 # `own`; a hosted round is 2 launches of HOSTED_STEPS), and the JSON is written after every part.
 RESERVE_AFTER_OWN_S, RESERVE_HOSTED_ROUND_S = 240.0, 45.0
+RESERVE_LADDER_ROUND_S = 60.0  # three runs of the script: plain, in a bare Ray actor, launched
 
 
 class Clock:
@@ -166,11 +170,16 @@ def part_hosted(opts, workdir: str, clock: Clock) -> dict:
         if variant == "fsdp" and opts.device != "cuda":
             results[variant] = {"skipped": "accelerate's FSDP cannot run on CPU"}
             continue
+        if variant == "ladder" and opts.world > 1:
+            results[variant] = {"skipped": "compares with one plain process: one worker only"}
+            continue
         try:  # one variant's failure (HF's FSDP) must not lose the other's figures
-            results[variant] = hosted_variant(variant, opts, workdir, clock)
+            results[variant] = (hosted_ladder_rounds if variant == "ladder" else hosted_variant)(
+                variant, opts, workdir, clock)
         except Exception as exc:
             results[variant] = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"    hosted {variant} failed: {results[variant]['error'][:400]}", flush=True)
+    hosted_ladder.stop_actor()
     return results
 
 
@@ -196,6 +205,26 @@ def hosted_variant(variant: str, opts, workdir: str, clock: Clock) -> dict:
     return result
 
 
+def hosted_ladder_rounds(variant: str, opts, workdir: str, clock: Clock) -> dict:
+    """hosted_ladder.py: the script plain, in a bare Ray actor and launched, in a rotating order each round;
+    each one's steady step over plain's."""
+    rounds = []
+    for r in range(opts.rounds):
+        if opts.device == "cuda" and clock.left() < RESERVE_LADDER_ROUND_S:
+            break  # even the first: gpu-perf.sh's limit would lose it with the rest of the run
+        order = hosted_ladder.LAUNCHERS[r % 3:] + hosted_ladder.LAUNCHERS[:r % 3]
+        got = {name: run_hosted(name, "ddp", opts, workdir, f"ladder-r{r}") for name in order}
+        step = {name: got[name]["steady_step_ms"] for name in hosted_ladder.LAUNCHERS}
+        got["ratio"], got["actor_ratio"] = step["launch"] / step["plain"], step["actor"] / step["plain"]
+        print(f"    ladder r{r}: " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in step.items()), flush=True)
+        rounds.append(got)
+    if not rounds:
+        return {"skipped": f"time budget ({clock.left():.0f} s left)"}
+    ratios, actor_ratios = [r["ratio"] for r in rounds], [r["actor_ratio"] for r in rounds]
+    return {"rounds": rounds, "ratios": ratios, "median": statistics.median(ratios), "actor_ratios": actor_ratios,
+            "actor_median": statistics.median(actor_ratios)}
+
+
 def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str, profile: bool = False) -> dict:
     import raytrainer
 
@@ -208,6 +237,10 @@ def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str, profil
     if launcher == "launch":
         raytrainer.launch(HOSTED_SCRIPT, script_args, num_workers=opts.world, use_gpu=opts.device == "cuda",
                           disable_tqdm=True, resume=False)
+    elif launcher == "plain":
+        hosted_ladder.run_plain(HOSTED_SCRIPT, script_args, opts.device)
+    elif launcher == "actor":
+        hosted_ladder.run_in_actor(HOSTED_SCRIPT, script_args, opts.device)
     else:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         if opts.device != "cuda":
@@ -260,6 +293,8 @@ def summary(opts, parts: dict, elapsed: float) -> dict:
         "own_over_hand_fsdp": (own.get("fsdp") or {}).get("median"),
         "hosted_over_torchrun": (hosted_part.get("ddp") or {}).get("median"),
         "hosted_over_torchrun_fsdp": (hosted_part.get("fsdp") or {}).get("median"),
+        "hosted_over_plain": (hosted_part.get("ladder") or {}).get("median"),
+        "ray_actor_over_plain": (hosted_part.get("ladder") or {}).get("actor_median"),
         "mfu_own_1b": (compiled.get("own") or {}).get("mfu"), "mfu_hand_1b": (compiled.get("hand") or {}).get("mfu"),
         "mfu_compiled": "on" in mfu_part and "own" in mfu_part["on"],
         "peak_mem_own_over_hand": compiled.get("peak_mem_ratio"),
@@ -300,10 +335,16 @@ def table(opts, head: dict, parts: dict):
             rows.append([f"hosted/torchrun {variant}", "-", "-", "-",
                          (result.get("skipped") or result.get("error", ""))[:60], "", ""])
             continue
-        launch = statistics.median(r["launch"]["steady_step_ms"] for r in result["rounds"])
-        torchrun = statistics.median(r["torchrun"]["steady_step_ms"] for r in result["rounds"])
-        rows.append([f"hosted/torchrun step ms, {variant}", f"{launch:.2f}", f"{torchrun:.2f}", result["median"],
-                     " ".join(f"{x:.3f}" for x in result["ratios"]), f"<= {TARGET_STEP}",
+        step = functools.partial(median_step, result["rounds"])
+        if variant == "ladder":
+            rows += [["hosted/plain step ms, 1 process", f"{step('launch'):.2f}", f"{step('plain'):.2f}",
+                      result["median"], " ".join(f"{x:.3f}" for x in result["ratios"]), f"<= {TARGET_STEP}",
+                      met(result["median"] <= TARGET_STEP)],
+                     ["bare Ray actor/plain step ms", f"{step('actor'):.2f}", f"{step('plain'):.2f}",
+                      result["actor_median"], " ".join(f"{x:.3f}" for x in result["actor_ratios"]), "", ""]]
+            continue
+        rows.append([f"hosted/torchrun step ms, {variant}", f"{step('launch'):.2f}", f"{step('torchrun'):.2f}",
+                     result["median"], " ".join(f"{x:.3f}" for x in result["ratios"]), f"<= {TARGET_STEP}",
                      met(result["median"] <= TARGET_STEP)])
     notes = [f"{head['device']} (driver {head['driver'] or '-'}), torch {head['torch']}, {head['date']}, "
              f"{opts.world} worker(s), {opts.rounds} round(s), {head['elapsed_s']} s in all"
@@ -316,6 +357,10 @@ def table(opts, head: dict, parts: dict):
                      "process's peak RSS (not comparable between runs in one process)")
     common.print_table("raytrainer on a GPU against what a user would otherwise run (reported, not asserted)",
                        ["measure", "own", "base", "ratio", "per round", "target", "met"], rows, notes=notes)
+
+
+def median_step(rounds: list, launcher: str) -> float:
+    return statistics.median(r[launcher]["steady_step_ms"] for r in rounds)
 
 
 def profile_notes(parts: dict) -> list:
@@ -343,8 +388,8 @@ def hosted_cpu_notes(parts: dict) -> list:
     thread and its process spent (a gap: the thread waited), this driver's CPU and the machine's busy cores."""
     lines = []
     for variant, result in (parts.get("hosted") or {}).items():
-        for name in ("launch", "torchrun"):
-            got = [r[name] for r in (result or {}).get("rounds", []) if (r[name].get("cpu_per_step") or {})]
+        for name in ("launch", "torchrun", "plain", "actor"):
+            got = [r[name] for r in (result or {}).get("rounds", []) if (r.get(name, {}).get("cpu_per_step") or {})]
             if not got:
                 continue
             cpu = {key: statistics.median(g["cpu_per_step"][key] for g in got)
@@ -360,14 +405,16 @@ def hosted_cpu_notes(parts: dict) -> list:
 def parse_parts(parser, text: str) -> tuple:
     """--parts "own:ddp,hosted" -> (parts in order, {part: strategies})."""
     wanted, strategies = [], {"own": [], "hosted": []}
+    variants = {"own": STRATEGIES, "hosted": HOSTED_VARIANTS}
     for item in (p.strip() for p in text.split(",") if p.strip()):
         name, _, strategy = item.partition(":")
-        if name not in PARTS or (strategy and (name not in strategies or strategy not in STRATEGIES)):
-            parser.error(f"--parts: unknown {item!r}; of {PARTS}, own and hosted optionally :ddp or :fsdp")
+        if name not in PARTS or (strategy and (name not in strategies or strategy not in variants[name])):
+            parser.error(f"--parts: unknown {item!r}; of {PARTS}, own optionally :ddp or :fsdp, hosted :ddp, :fsdp "
+                         "or :ladder")
         if name not in wanted:
             wanted.append(name)
         if name in strategies:
-            strategies[name] += [s for s in ([strategy] if strategy else STRATEGIES) if s not in strategies[name]]
+            strategies[name] += [s for s in ([strategy] if strategy else variants[name]) if s not in strategies[name]]
     return [p for p in PARTS if p in wanted], strategies
 
 

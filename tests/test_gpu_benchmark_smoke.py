@@ -11,7 +11,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIGURES = ("own_over_hand_ddp", "own_over_hand_fsdp", "hosted_over_torchrun", "mfu_own_1b", "mfu_hand_1b",
-           "peak_mem_own_over_hand")
+           "peak_mem_own_over_hand", "hosted_over_plain", "ray_actor_over_plain")
 
 
 def test_the_gpu_benchmarks_cpu_smoke_writes_every_figure(tmp_path, join_session_ray):
