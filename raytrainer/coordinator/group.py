@@ -79,7 +79,7 @@ def _group_trainer_class(keeps_cleaner: bool):
       removes the group's placement group once it does not: a placement group made by an actor is the Ray
       job's, and outlives a controller that dies without removing it. A driver process does that itself
       (`WorkerGroup._remove_orphaned_placement_group`), and when the driver process dies its Ray job ends,
-      the placement groups with it. A driver that is itself an actor (a Tune trial, which Tune kills at the
+      the placement groups with it. A Trainer inside a Ray actor or task (a Tune trial, which Tune kills at the
       end of a sweep) can die with its controller and leave the job running: there the cleaner stays.
     """
     from ray.train.torch import TorchTrainer
@@ -95,11 +95,12 @@ def _group_trainer_class(keeps_cleaner: bool):
     return GroupTrainer
 
 
-def driver_is_an_actor() -> bool:
-    """Whether this process's Trainer runs inside a Ray actor (a Tune trial) rather than a driver process."""
+def driver_is_a_ray_worker() -> bool:
+    """Whether this process's Trainer runs inside a Ray actor (a Tune trial) or task rather than in a driver
+    process: a process that can be killed while its Ray job goes on."""
     import ray
 
-    return ray.get_runtime_context().get_actor_id() is not None
+    return ray.get_runtime_context().worker.mode == ray.WORKER_MODE
 
 
 def ray_instance() -> Optional[str]:
@@ -137,7 +138,7 @@ class WorkerGroup:
         # and restart, and resizes a healthy group every elastic_resize_monitor_interval_s (docs/fault-tolerance.md).
         scaling = dict(num_workers=tuple(run.num_workers), elastic_resize_monitor_interval_s=
                        run.elastic_resize_monitor_interval_s) if run.elastic else dict(num_workers=most)
-        torch_trainer = _group_trainer_class(driver_is_an_actor())(
+        torch_trainer = _group_trainer_class(driver_is_a_ray_worker())(
             ray_worker_main,
             train_loop_config={"sink": self.sink},
             scaling_config=ScalingConfig(**scaling, use_gpu=spec.use_gpu,
