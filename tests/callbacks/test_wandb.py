@@ -117,7 +117,11 @@ def test_resumed_run_continues_the_same_wandb_run(wandb_dir):
     train(wandb_dir, max_steps=4, save_strategy="steps", save_steps=2)
     checkpoint = wandb_dir / "out" / "checkpoint-4"
     stored = json.loads((checkpoint / "wandb_run.json").read_text())
-    wandb.finish()  # as a new process would: no run open
+    # As a new process would find it: no run open, and the first run's service gone with its files closed. With
+    # finish() alone, the step-4 row of the first run was missing from its file once (CI, 2026-11-28): finish()
+    # may return before the service's last write, and the resumed run (the same id) started meanwhile.
+    wandb.finish()
+    wandb.teardown()
     trainer = train(wandb_dir, resume=str(checkpoint), max_steps=6, save_strategy="no")
     wandb.finish()
     first, resumed = read_runs(wandb_dir)
