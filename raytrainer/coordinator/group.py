@@ -290,6 +290,8 @@ class WorkerGroup:
         from ray._raylet import PlacementGroupID
         from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
 
+        if not ray.is_initialized():  # after ray.shutdown(): its placement groups went with it (and a call would
+            return  # start a new Ray)
         try:
             hex_id = ray.get(self.sink.placement_group.remote(), timeout=10)
             if hex_id is None:
