@@ -107,6 +107,11 @@ def main():
     for kind, _, cpu in seen.values():
         by_kind[kind][0] += cpu
         by_kind[kind][1] += 1
+    by_name = collections.defaultdict(lambda: [0.0, 0])  # within a kind: Ray's processes by actor or task name
+    for kind, line, cpu in seen.values():
+        name = line.split()[0] if line.startswith("ray::") else os.path.basename(line.split()[0])
+        by_name[f"{kind}: {name}"][0] += cpu
+        by_name[f"{kind}: {name}"][1] += 1
     total = sum(cpu for cpu, _ in by_kind.values())
     print(f"\nwall {wall:.0f} s, CPU {total:.0f} s over {len(seen)} processes ({total / wall:.2f} cores busy)")
     print(f"{'kind':58} {'CPU s':>8} {'share':>6} {'procs':>6}")
@@ -116,6 +121,8 @@ def main():
         with open(opts.json, "w") as f:
             json.dump({"wall_s": wall, "cpu_s": total, "rc": proc.returncode,
                        "by_kind": {k: {"cpu_s": v[0], "processes": v[1]} for k, v in by_kind.items()},
+                       "by_name": {k: {"cpu_s": v[0], "processes": v[1]}
+                                   for k, v in sorted(by_name.items(), key=lambda kv: -kv[1][0])},
                        "processes": sorted(seen.values(), key=lambda p: -p[2])[:200]}, f, indent=1)
     sys.exit(proc.returncode)
 

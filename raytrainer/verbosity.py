@@ -77,8 +77,12 @@ def quiet_credential_loggers():
 
 
 # Lines of Ray's own processes that the driver drops unless verbose (matched against each forwarded line).
-# Also Ray Data's notice about its map actors' constructor arguments, printed for every actor pool.
-INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: '(PreemptionWatcher|MapWorker)")
+# Also Ray Data's notice about its map actors' constructor arguments, printed for every actor pool; and the
+# raylet's warning that its worker processes reached 4x its startup concurrency (8 on a 2-CPU Ray): a group's
+# actors, Ray Data's, and the idle ones an embedded Ray keeps for the next pass (coordinator/cluster.py) reach it
+# on a laptop, and nothing is wrong.
+INTERNAL_LINES = re.compile(r"core_worker\.cc:\d+: Actor with class name: '(PreemptionWatcher|MapWorker)|"
+                            r"^WARNING: \d+ PYTHON worker processes have been started on node")
 # Internal lines followed by a traceback of Ray's own, dropped up to its exception line.
 # Ray Train's controller also warns, with a traceback, when its resource request to Ray Data's autoscaling
 # coordinator times out on a busy machine ("safe to ignore", in its own words; nothing a user can act on).
@@ -98,10 +102,11 @@ INTERNAL_ACTORS = frozenset({"PlacementGroupCleaner", "SplitCoordinator"})
 
 
 def filter_forwarded_logs():
-    """Wrap the handler through which Ray prints its processes' output on the driver (a private Ray API:
-    if it changes, nothing is filtered and nothing breaks)."""
+    """Wrap the handler through which Ray prints its processes' output on the driver, and the function that
+    prints the raylet's warnings (private Ray APIs: if they change, nothing is filtered and nothing breaks)."""
     if verbose():
         return
+    _filter_raylet_warnings()
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
     except ImportError:
@@ -121,6 +126,25 @@ def filter_forwarded_logs():
         filtered.raytrainer_filter = True
         dispatcher.handlers = [(name, filtered if name == "ray_print_logs" else handler)
                                for name, handler in dispatcher.handlers]
+
+
+def _filter_raylet_warnings():
+    """The raylet's warnings reach the driver through `print_to_stdstream`, called by name from Ray's error
+    listener thread (not through the handler above)."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "raytrainer_filter", False):
+        return
+
+    def filtered(data, ignore_prefix):
+        lines = _without_internal(data.get("lines", []))
+        if lines:
+            original({**data, "lines": lines}, ignore_prefix)
+    filtered.raytrainer_filter = True
+    ray_worker.print_to_stdstream = filtered
 
 
 def _without_internal(lines):

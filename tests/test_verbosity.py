@@ -70,6 +70,8 @@ def test_rays_own_lines_and_their_tracebacks_are_dropped_user_lines_kept():
     lines = [
         "step 1 done",
         "[2026-11-27 10:00:00,000 I 1 1] core_worker.cc:512: Actor with class name: 'PreemptionWatcher' and ID",
+        "WARNING: 8 PYTHON worker processes have been started on node: 09f1 with address: 192.0.2.2, which is "
+        "4x the maximum expected startup concurrency (2).",
         "Failed to stop PlacementGroupCleaner gracefully.",
         "Traceback (most recent call last):",
         '  File "ray/train/v2/_internal/.../placement_group_cleaner.py", line 40, in stop',
@@ -99,3 +101,23 @@ def test_a_lost_workers_internal_lines_are_dropped_and_the_next_line_kept():
              "\ta print's own tab-indented line", "[raytrainer] restarting this run from checkpoint-2"]
     assert _without_internal(lines) == ["\ta print's own tab-indented line",
                                         "[raytrainer] restarting this run from checkpoint-2"]
+
+
+def test_the_raylets_worker_count_warning_is_dropped_and_its_other_notices_kept(monkeypatch):
+    """The raylet's warnings are printed by Ray's error listener through `print_to_stdstream`, not the log
+    handler: its "N PYTHON worker processes have been started" (reached on a 2-CPU embedded Ray that keeps idle
+    workers for Ray Data's next pass) goes, a lost worker's notice stays."""
+    from ray._private import worker as ray_worker
+
+    from raytrainer.verbosity import _filter_raylet_warnings
+
+    printed = []
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, ignore_prefix: printed.append(data["lines"]))
+    _filter_raylet_warnings()
+    _filter_raylet_warnings()  # once wrapped, not twice
+    count = ("WARNING: 8 PYTHON worker processes have been started on node: 8f1a with address: 192.0.2.2, which "
+             "is 4x the maximum expected startup concurrency (2).")
+    died = "A worker died or was killed while executing a task by an unexpected system error."
+    ray_worker.print_to_stdstream({"lines": [count], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    ray_worker.print_to_stdstream({"lines": [died], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    assert printed == [[died]]

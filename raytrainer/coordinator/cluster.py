@@ -32,21 +32,38 @@ def connect(address: str | None = None):
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
     address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
     quiet_driver()
-    env_vars, dashboard = {"RAY_TRAIN_V2_ENABLED": "1"}, {}
+    env_vars, started = {"RAY_TRAIN_V2_ENABLED": "1"}, {}
     if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
         port, own = own_state_api()
-        env_vars, dashboard = {**env_vars, **own}, {"dashboard_port": port}
+        env_vars, started = {**env_vars, **own}, {"dashboard_port": port, "_system_config": keep_idle_workers()}
         # One node, which nothing drains: Ray Train's node-drain watcher (an actor per group start) has nothing
         # to watch. Preemption by SIGTERM does not use it. A value the user set is kept.
         env_vars[PREEMPTION_WATCHER_ENV] = os.environ.get(PREEMPTION_WATCHER_ENV, "0")
-    elif os.environ.get(API_SERVER_ENV):  # a cluster joined: the state API the user named is its, not the
-        env_vars[API_SERVER_ENV] = os.environ[API_SERVER_ENV]  # machine's last `ray start` cluster (below)
+    else:  # a cluster joined: the state API the user named is its, not the machine's last `ray start` cluster
+        # (below); and the watcher's switch, which Ray Train reads in the controller, not in this process.
+        env_vars.update({k: os.environ[k] for k in (API_SERVER_ENV, PREEMPTION_WATCHER_ENV) if os.environ.get(k)})
     # Under `ray job submit` (and KubeRay's RayJob) Ray merges the job's runtime env with ours and refuses the
     # same variable named in both: the job's value is kept, ours left out.
     job_env = _job_env_vars()
     env_vars = {key: value for key, value in env_vars.items() if key not in job_env}
-    ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **dashboard)
+    ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **started)
     filter_forwarded_logs()
+
+
+# Ray kills a worker process that has been idle this long once more are idle than it keeps (its soft limit, about
+# one per free CPU): 1 s by default. Ray Data's tasks (every pass over a dataset: each epoch, the driver's
+# two-row sample) run in such processes, and each new one imports Ray Data, pyarrow and pandas (about 2 CPU
+# seconds) before its first block. On a machine of few CPUs, where the training workers hold most of them, the
+# next epoch's pass found its processes gone and started them again: its first step took 7.1 s against 3.2 s with
+# them kept (a 2-CPU Ray, 2 workers; tests/integration/ray_data_two_cpus.py). An idle one costs about 0.01 core.
+IDLE_KILL_ENV = "RAY_idle_worker_killing_time_threshold_ms"
+KEEP_IDLE_WORKERS_MS = 30_000
+
+
+def keep_idle_workers() -> Dict[str, int]:
+    """The `_system_config` of a Ray started here: idle worker processes kept 30 s, unless the user set Ray's
+    own variable (which Ray then reads itself)."""
+    return {} if os.environ.get(IDLE_KILL_ENV) else {"idle_worker_killing_time_threshold_ms": KEEP_IDLE_WORKERS_MS}
 
 
 def _job_env_vars() -> dict:

@@ -136,7 +136,17 @@ def _take_task():
 
 
 def _take_rows(dataset, count: int) -> List[dict]:
-    return dataset.take(count)
+    """The first rows, in block order, without Ray Data's progress bars and execution notices: this is the
+    driver's look before training, and its task's output lands in the user's console (a dozen lines of bars)."""
+    import logging
+
+    data_logger = logging.getLogger("ray.data")
+    level = data_logger.level
+    data_logger.setLevel(logging.ERROR)
+    try:
+        return ordered(dataset).take(count)
+    finally:
+        data_logger.setLevel(level)
 
 
 def make_ref(name: str, dataset, split: bool) -> RayDataRef:

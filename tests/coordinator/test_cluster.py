@@ -64,18 +64,41 @@ def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch, ray_i
 
 def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeypatch, ray_init_seen):
     """One node that nothing drains: Ray Train's PreemptionWatcher actor (started with every group) is left out
-    of the Ray raytrainer starts; a cluster keeps Ray's default, and a value the user set is kept."""
+    of the Ray raytrainer starts; a cluster keeps Ray's default, and a value the user set is kept, and reaches
+    a joined cluster's controller too (Ray Train reads it there, not in the driver)."""
     from raytrainer.coordinator import cluster
 
     seen = ray_init_seen
     monkeypatch.delenv(cluster.PREEMPTION_WATCHER_ENV, raising=False)
     cluster.connect("local")
     assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "0"
+    cluster.connect("127.0.0.1:6379")
+    assert cluster.PREEMPTION_WATCHER_ENV not in seen["runtime_env"]["env_vars"]
     monkeypatch.setenv(cluster.PREEMPTION_WATCHER_ENV, "1")
     cluster.connect("local")
     assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "1"
+    monkeypatch.setenv(cluster.PREEMPTION_WATCHER_ENV, "0")
     cluster.connect("127.0.0.1:6379")
-    assert cluster.PREEMPTION_WATCHER_ENV not in seen["runtime_env"]["env_vars"]
+    assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "0"
+
+
+def test_an_embedded_ray_keeps_idle_worker_processes_unless_the_user_set_rays_own_variable(monkeypatch,
+                                                                                          ray_init_seen):
+    """Ray Data's next pass reuses the processes of the last one (Ray's default kills them after 1 s idle): set
+    on the Ray raytrainer starts; a joined cluster keeps its own configuration (Ray accepts none from a driver
+    that joins), and Ray's variable, when the user set it, is left to Ray."""
+    from raytrainer.coordinator import cluster
+
+    seen = ray_init_seen
+    monkeypatch.delenv(cluster.IDLE_KILL_ENV, raising=False)
+    cluster.connect("local")
+    assert seen["_system_config"] == {"idle_worker_killing_time_threshold_ms": cluster.KEEP_IDLE_WORKERS_MS}
+    seen.clear()
+    cluster.connect("127.0.0.1:6379")
+    assert "_system_config" not in seen
+    monkeypatch.setenv(cluster.IDLE_KILL_ENV, "5000")
+    cluster.connect("local")
+    assert seen["_system_config"] == {}
 
 
 def test_a_submitted_job_keeps_its_own_environment_variables(monkeypatch, ray_init_seen):
