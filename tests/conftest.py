@@ -22,9 +22,14 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # their own), and each cost about 1.5 CPU s to start and more idling; 23 were alive at a run's end.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 # Every Ray started here (the session's, embedded ones in drivers, `ray start` clusters) keeps idle worker
-# processes as raytrainer's embedded Ray does (coordinator/cluster.py, keep_idle_workers): Ray Data's passes reuse
-# them instead of starting new ones. test_ray_data_two_cpus.py: 112 and 100 CPU s without, 74 with.
+# processes and records no Ray metrics, as raytrainer's embedded Ray does (coordinator/cluster.py,
+# EMBEDDED_SYSTEM_CONFIG): Ray Data's passes reuse the processes instead of starting new ones
+# (test_ray_data_two_cpus.py: 112 and 100 CPU s without, 74 with). And no process reports task events (the
+# dashboard's task views, which no test reads): with the metrics, an idle Ray and 2-worker group used 0.153-0.157
+# core with both, 0.106 without; the suite keeps about a dozen Ray processes alive at any time.
 os.environ.setdefault("RAY_idle_worker_killing_time_threshold_ms", "30000")
+os.environ.setdefault("RAY_enable_metrics_collection", "0")
+os.environ.setdefault("RAY_task_events_report_interval_ms", "0")
 
 # Torch in this process on one thread, as in every worker it is compared with: Ray gives a 1-CPU worker
 # OMP_NUM_THREADS=1, torchrun gives each of its processes the same. The references computed here (transformers in

@@ -35,7 +35,7 @@ def connect(address: str | None = None):
     env_vars, started = {"RAY_TRAIN_V2_ENABLED": "1"}, {}
     if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
         port, own = own_state_api()
-        env_vars, started = {**env_vars, **own}, {"dashboard_port": port, "_system_config": keep_idle_workers()}
+        env_vars, started = {**env_vars, **own}, {"dashboard_port": port, "_system_config": embedded_system_config()}
         # One node, which nothing drains: Ray Train's node-drain watcher (an actor per group start) has nothing
         # to watch. Preemption by SIGTERM does not use it. A value the user set is kept.
         env_vars[PREEMPTION_WATCHER_ENV] = os.environ.get(PREEMPTION_WATCHER_ENV, "0")
@@ -50,20 +50,25 @@ def connect(address: str | None = None):
     filter_forwarded_logs()
 
 
-# Ray kills a worker process that has been idle this long once more are idle than it keeps (its soft limit, about
-# one per free CPU): 1 s by default. Ray Data's tasks (every pass over a dataset: each epoch, the driver's
-# two-row sample) run in such processes, and each new one imports Ray Data, pyarrow and pandas (about 2 CPU
-# seconds) before its first block. On a machine of few CPUs, where the training workers hold most of them, the
-# next epoch's pass found its processes gone and started them again: its first step took 7.1 s against 3.2 s with
-# them kept (a 2-CPU Ray, 2 workers; tests/integration/ray_data_two_cpus.py). An idle one costs about 0.01 core.
-IDLE_KILL_ENV = "RAY_idle_worker_killing_time_threshold_ms"
-KEEP_IDLE_WORKERS_MS = 30_000
+# What the Ray raytrainer starts changes of Ray's defaults (`ray.init(_system_config=...)`), each unless the user
+# set Ray's own variable for it (RAY_<name>, which Ray then reads itself):
+# - idle_worker_killing_time_threshold_ms: Ray kills a worker process idle this long once more are idle than it
+#   keeps (its soft limit, about one per free CPU): 1 s by default. Ray Data's tasks (every pass over a dataset:
+#   each epoch, the driver's two-row sample) run in such processes, and each new one imports Ray Data, pyarrow
+#   and pandas (about 2 CPU seconds) before its first block. On a machine of few CPUs, where the training workers
+#   hold most of them, the next epoch's pass found its processes gone and started them again: its first step
+#   took 7.1 s against 3.2 s with them kept 30 s (a 2-CPU Ray, 2 workers; tests/integration/ray_data_two_cpus.py).
+#   An idle one costs about 0.01 core.
+# - enable_metrics_collection: every Ray process records and exports Ray's own metrics (for Prometheus) to the
+#   node's agent. Nothing of raytrainer reads them (its metrics go through its own event sink), and an idle Ray
+#   with a 2-worker group used 0.153-0.157 core with them against 0.123-0.137 without, on a machine where each
+#   core is the training's. Ray's dashboard keeps its jobs, actors, logs and nodes.
+EMBEDDED_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 30_000, "enable_metrics_collection": False}
 
 
-def keep_idle_workers() -> Dict[str, int]:
-    """The `_system_config` of a Ray started here: idle worker processes kept 30 s, unless the user set Ray's
-    own variable (which Ray then reads itself)."""
-    return {} if os.environ.get(IDLE_KILL_ENV) else {"idle_worker_killing_time_threshold_ms": KEEP_IDLE_WORKERS_MS}
+def embedded_system_config() -> Dict[str, object]:
+    """The `_system_config` of a Ray started here: EMBEDDED_SYSTEM_CONFIG less what the user set."""
+    return {name: value for name, value in EMBEDDED_SYSTEM_CONFIG.items() if not os.environ.get(f"RAY_{name}")}
 
 
 def _job_env_vars() -> dict:

@@ -82,23 +82,26 @@ def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeyp
     assert seen["runtime_env"]["env_vars"][cluster.PREEMPTION_WATCHER_ENV] == "0"
 
 
-def test_an_embedded_ray_keeps_idle_worker_processes_unless_the_user_set_rays_own_variable(monkeypatch,
-                                                                                          ray_init_seen):
-    """Ray Data's next pass reuses the processes of the last one (Ray's default kills them after 1 s idle): set
-    on the Ray raytrainer starts; a joined cluster keeps its own configuration (Ray accepts none from a driver
-    that joins), and Ray's variable, when the user set it, is left to Ray."""
+def test_an_embedded_ray_keeps_idle_worker_processes_and_records_no_ray_metrics_unless_the_user_says(
+        monkeypatch, ray_init_seen):
+    """Ray Data's next pass reuses the processes of the last one (Ray's default kills them after 1 s idle), and
+    no Ray process records Ray's Prometheus metrics: set on the Ray raytrainer starts; a joined cluster keeps
+    its own configuration (Ray accepts none from a driver that joins), and a Ray variable the user set for one of
+    them is left to Ray."""
     from raytrainer.coordinator import cluster
 
     seen = ray_init_seen
-    monkeypatch.delenv(cluster.IDLE_KILL_ENV, raising=False)
+    for name in cluster.EMBEDDED_SYSTEM_CONFIG:
+        monkeypatch.delenv(f"RAY_{name}", raising=False)
     cluster.connect("local")
-    assert seen["_system_config"] == {"idle_worker_killing_time_threshold_ms": cluster.KEEP_IDLE_WORKERS_MS}
+    assert seen["_system_config"] == {"idle_worker_killing_time_threshold_ms": 30_000,
+                                      "enable_metrics_collection": False}
     seen.clear()
     cluster.connect("127.0.0.1:6379")
     assert "_system_config" not in seen
-    monkeypatch.setenv(cluster.IDLE_KILL_ENV, "5000")
+    monkeypatch.setenv("RAY_idle_worker_killing_time_threshold_ms", "5000")
     cluster.connect("local")
-    assert seen["_system_config"] == {}
+    assert seen["_system_config"] == {"enable_metrics_collection": False}
 
 
 def test_a_submitted_job_keeps_its_own_environment_variables(monkeypatch, ray_init_seen):
