@@ -12,6 +12,11 @@ marking thread are reported (and again every `warn_s`); after `timeout_s` the wo
 Train sees a dead worker, restarts the group (one failure against max_failures) and the run resumes from
 its newest committed checkpoint, as Ray Train's NCCL hang detection does on GPUs. In the driver process
 (num_workers=0) it only reports: there is no group to restart, and exiting would end the user's script.
+
+A rank stuck in a collective waits for a stalled peer, and its stall began when it entered that phase, up to
+one phase before the peer's. It gives the peer `PEER_GRACE` of the timeout more, so that the stalled rank
+ends first and the restart's cause names its line, not the collective; where every rank waits (mismatched
+collectives) the group ends at 1.25 x timeout_s.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ EXIT_CODE = 70
 Report = Callable[[int, str, float], None]
 # Where torch's collectives live: a rank stuck in one of them waits for a stalled peer, not the other way round.
 COLLECTIVES = os.path.join("torch", "distributed", "")
+# The share of timeout_s a rank waiting in a collective adds before it exits (at least two looks).
+PEER_GRACE = 0.25
 
 
 def report_to_stderr(rank: int, phase: str, seconds: float):
@@ -94,9 +101,12 @@ class Watchdog:
             return
         stalled = now - self._since
         if self.timeout_s > 0 and stalled >= self.timeout_s and self.on_timeout is not None:
-            self.on_timeout(self.rank, self.describe(mark[0]), stalled)
-            self._since, self._reports = now, 0  # a test's on_timeout returns: report the next stall afresh
-            return
+            where = self.describe(mark[0])
+            grace = max(PEER_GRACE * self.timeout_s, 2 * self.poll_s) if WAITING_FOR_A_PEER in where else 0.0
+            if stalled >= self.timeout_s + grace:
+                self.on_timeout(self.rank, where, stalled)
+                self._since, self._reports = now, 0  # a test's on_timeout returns: report the next stall afresh
+                return
         if self.warn_s > 0 and stalled >= self.warn_s * (self._reports + 1):
             self._reports += 1
             self.report(self.rank, self.describe(mark[0]), stalled)

@@ -8,7 +8,7 @@ import pytest
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.errors import ConfigError
-from raytrainer.worker.watchdog import UNWATCHED, Watchdog, current, watching
+from raytrainer.worker.watchdog import UNWATCHED, WAITING_FOR_A_PEER, Watchdog, current, watching
 from tests.models import TokenData, make_model
 
 
@@ -48,6 +48,18 @@ def test_a_stall_is_reported_past_warn_s_again_every_warn_s_and_acted_on_past_ti
     assert len(reports) == 2 and timeouts == []
     look(dog, clock, 7, 8)
     assert len(timeouts) == 1 and timeouts[0][0] == 1 and timeouts[0][2] == 8
+
+
+def test_a_rank_waiting_in_a_collective_gives_its_stalled_peer_a_quarter_of_the_timeout_to_end_first():
+    # Its stall began when it entered the phase, maybe before the peer's: exiting first would name the
+    # collective as the restart's cause instead of the peer's line.
+    dog, clock, reports, timeouts = dog_with_records(warn_s=3.0, timeout_s=8.0)
+    dog.describe = lambda phase: f"{phase} at distributed_c10d.py:3252 (all_reduce) ({WAITING_FOR_A_PEER})"
+    dog.phase("on_step_end (callbacks, control)")
+    look(dog, clock, 0, 3, 6, 8, 9)
+    assert timeouts == [] and len(reports) == 3  # still reported at 3, 6 and 9 s
+    look(dog, clock, 10)
+    assert len(timeouts) == 1 and timeouts[0][2] == 10 and WAITING_FOR_A_PEER in timeouts[0][1]
 
 
 def test_a_new_mark_is_progress_even_with_the_same_phase_name():
