@@ -269,9 +269,11 @@ def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: 
     if address:
         state_api = {k: os.environ[k] for k in ("RAY_API_SERVER_ADDRESS",) if os.environ.get(k)}
         ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": {**env_vars, **state_api}})
-    else:
+    else:  # with the changes of Ray's defaults that raytrainer's embedded Ray makes (idle workers, no metrics)
+        from raytrainer.coordinator.cluster import embedded_system_config
+
         ray.init(address="local", num_cpus=num_cpus, logging_level=logging.WARNING, include_dashboard=dashboard,
-                 runtime_env={"env_vars": env_vars})
+                 runtime_env={"env_vars": env_vars}, _system_config=embedded_system_config())
     return time.perf_counter() - t0
 
 
