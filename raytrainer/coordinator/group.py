@@ -71,7 +71,9 @@ class GroupSpec:
 def _group_trainer_class(keeps_cleaner: bool):
     """Ray Train's TorchTrainer without its DatasetsCallback and, unless `keeps_cleaner`, its
     PlacementGroupCleanerCallback: two actor processes less per group start (each imports Ray, pandas and Ray
-    Train: about 1.7 CPU seconds, which the workers starting beside it need; benchmarks/worker_group.py).
+    Train: about 1.7 CPU seconds, which the workers starting beside it need; benchmarks/worker_group.py). It is
+    Ray Train's DataParallelTrainer given torch_backend.py's configuration, which its controller unpickles
+    without importing torch (TorchTrainer only fills in TorchConfig's backend, which WorkerGroup names).
 
     - The DatasetsCallback starts a DatasetManager actor for every worker group, datasets or not, to split the
       datasets given to TorchTrainer; ours are not given to it (each job splits its own, data/ray_data.py).
@@ -82,13 +84,14 @@ def _group_trainer_class(keeps_cleaner: bool):
       the placement groups with it. A Trainer inside a Ray actor or task (a Tune trial, which Tune kills at the
       end of a sweep) can die with its controller and leave the job running: there the cleaner stays.
     """
-    from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 
     dropped = (DatasetsCallback,) if keeps_cleaner else (DatasetsCallback, PlacementGroupCleanerCallback)
 
-    class GroupTrainer(TorchTrainer):
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    class GroupTrainer(DataParallelTrainer):
         def _create_default_callbacks(self):
             return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, dropped)]
 
@@ -115,10 +118,10 @@ class WorkerGroup:
     def __init__(self, run: RunSpec, owner: str):
         import ray
         from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-        from ray.train.torch import TorchConfig
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from .failures import ControllerRecorder, FailureRecorder, FreshClusterView, ResizeRecorder, UnhurriedWait
+        from .torch_backend import GroupTorchConfig
 
         self.spec = spec = GroupSpec.of(run)
         self.ray_instance = ray_instance()  # after ray.shutdown() and a new ray.init(), the group is gone
@@ -152,7 +155,7 @@ class WorkerGroup:
                                      [FreshClusterView(run.elastic_resize_monitor_interval_s), UnhurriedWait()]
                                      if run.elastic else []),
                                  logging_config=LoggingConfig(log_level=run.ray_train_log_level)),
-            torch_config=TorchConfig(backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.ddp_timeout),
+            backend_config=GroupTorchConfig(backend="nccl" if spec.use_gpu else "gloo", timeout_s=spec.ddp_timeout),
         )
         self.error: Optional[BaseException] = None
         self._controller = None  # Ray Train's controller actor, once asked for

@@ -4,10 +4,15 @@ inside a Ray actor or task (a Tune trial), whose process Ray can kill while its 
 process removes an orphaned placement group itself (tests/integration/test_worker_group.py kills a
 controller to show it)."""
 
+import subprocess
+import sys
+
 import pytest
+from ray import cloudpickle
 from ray.train import ScalingConfig
 
 from raytrainer.coordinator.group import _group_trainer_class, driver_is_a_ray_worker
+from raytrainer.coordinator.torch_backend import GroupTorchBackend, GroupTorchConfig
 
 
 def default_callbacks(keeps_cleaner: bool) -> list:
@@ -43,3 +48,19 @@ def test_a_trainer_in_a_ray_task_or_actor_keeps_the_cleaner_and_a_driver_does_no
         assert ray.get(in_a_task.remote()) is True and ray.get(actor.ask.remote()) is True
     finally:
         ray.kill(actor)
+
+
+def test_the_controller_unpickles_the_groups_process_group_setup_without_importing_torch(tmp_path):
+    """What Ray Train's controller actor gets of the backend (coordinator/torch_backend.py): in a process that has
+    imported only what the controller has, it unpickles and builds its backend without torch (TorchConfig's
+    module imports it: 1.7 CPU s per group start). The workers' process groups it sets up are every
+    distributed test's."""
+    blob = tmp_path / "config.pkl"
+    blob.write_bytes(cloudpickle.dumps(GroupTorchConfig(backend="gloo", timeout_s=60)))
+    code = ("import pickle, sys; import ray.train.v2._internal.execution.controller; "
+            "config = pickle.load(open(sys.argv[1], 'rb')); backend = config.backend_cls(); "
+            "print(type(backend).__name__, config.to_dict(), config.framework.value, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, text=True, check=True).stdout
+    last = out.split("\n")[-2]
+    assert last == "GroupTorchBackend {'backend': 'gloo', 'init_method': 'env', 'timeout_s': 60} torch False", out
+    assert GroupTorchBackend.share_cuda_visible_devices  # as TorchConfig's backend: NCCL sees the node's GPUs
