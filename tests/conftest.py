@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from raytrainer.coordinator.cluster import EMBEDDED_SYSTEM_CONFIG
 from tests.s3server import s3_bucket, s3_server  # noqa: F401  (fixtures)
 from tests.support import SESSION_CPUS
 
@@ -27,8 +28,8 @@ os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 # (test_ray_data_two_cpus.py: 112 and 100 CPU s without, 74 with). And no process reports task events (the
 # dashboard's task views, which no test reads): with the metrics, an idle Ray and 2-worker group used 0.153-0.157
 # core with both, 0.106 without; the suite keeps about a dozen Ray processes alive at any time.
-os.environ.setdefault("RAY_idle_worker_killing_time_threshold_ms", "30000")
-os.environ.setdefault("RAY_enable_metrics_collection", "0")
+for _name, _value in EMBEDDED_SYSTEM_CONFIG.items():  # as Ray reads its variables: numbers, 0 for False
+    os.environ.setdefault(f"RAY_{_name}", str(int(_value)))
 os.environ.setdefault("RAY_task_events_report_interval_ms", "0")
 
 # Torch in this process on one thread, as in every worker it is compared with: Ray gives a 1-CPU worker

@@ -86,10 +86,9 @@ def _group_trainer_class(keeps_cleaner: bool):
     """
     from ray.train.v2._internal.callbacks import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     dropped = (DatasetsCallback,) if keeps_cleaner else (DatasetsCallback, PlacementGroupCleanerCallback)
-
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     class GroupTrainer(DataParallelTrainer):
         def _create_default_callbacks(self):

@@ -34,7 +34,7 @@ class GroupTorchConfig(BackendConfig):
 
     @property
     def train_func_context(self):
-        return _TrainFuncContext  # on the workers: the default CUDA device, as TorchConfig's sets it
+        return _train_func_context  # on the workers: the default CUDA device, as TorchConfig's sets it
 
     @property
     def framework(self):
@@ -44,17 +44,11 @@ class GroupTorchConfig(BackendConfig):
         return {"backend": self.backend, "init_method": "env", "timeout_s": self.timeout_s}
 
 
-class _TrainFuncContext:
-    def __init__(self):
-        from ray.train.torch.config import TorchConfigContextManager
+def _train_func_context():
+    """TorchConfig's context manager around the train function, imported where it runs (a worker)."""
+    from ray.train.torch.config import TorchConfigContextManager
 
-        self._inner = TorchConfigContextManager()
-
-    def __enter__(self):
-        return self._inner.__enter__()
-
-    def __exit__(self, *exc):
-        return self._inner.__exit__(*exc)
+    return TorchConfigContextManager()
 
 
 def _in_torch_config(name: str, *args, **kwargs):
