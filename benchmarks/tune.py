@@ -14,6 +14,8 @@ and a checkpoint every 4, 1 worker per trial. Figures per sweep:
   gap s           from a trial's end (on_train_end in the process that drove it) to the next trial's first step
                   (on_step_end) in the same process: the median and the largest over the sweep's trial actors
   1 at a time     the same sweep with max_concurrent_trials=1: one trial actor, one worker group start
+  num_workers=0   the same sweep with each trial trained in its Tune actor (one CPU each), no worker group: what
+                  transformers' backend does
   stopped         how many trials ASHA stopped before their last step (with 2 at a time, which trials it stops
                   depends on which reported first: see docs/tune.md)
 raytrainer's trials each run on a worker group (Ray Train, one worker); its trial actors are reused, and with
@@ -93,7 +95,9 @@ def gaps(path: str, started: float) -> dict:
             "trial_processes": len({s["pid"] for s in stamps}), **timeline}
 
 
-def ours(work: str, concurrent: int = CONCURRENT) -> dict:
+def ours(work: str, concurrent: int = CONCURRENT, workers: int = 1) -> dict:
+    """raytrainer's Ray backend: each trial on a `workers`-worker group (0: the trial trains in its Tune actor,
+    on one CPU, as transformers' trials do)."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -103,9 +107,9 @@ def ours(work: str, concurrent: int = CONCURRENT) -> dict:
     class Stamps(StampsMixin, TrainerCallback):
         observes_only = True  # never changes control: no round trip per step
 
-    stamps = os.path.join(work, f"ours-{concurrent}.jsonl")
+    stamps = os.path.join(work, f"ours-{concurrent}-{workers}.jsonl")
     train, evaluation = datasets()
-    args = TrainingArguments(output_dir=os.path.join(work, f"ours-{concurrent}"), num_workers=1,
+    args = TrainingArguments(output_dir=os.path.join(work, f"ours-{concurrent}-{workers}"), num_workers=workers,
                              per_device_train_batch_size=4, max_steps=STEPS, eval_strategy="steps",
                              eval_steps=EVAL_STEPS, save_steps=SAVE_STEPS, logging_steps=EVAL_STEPS,
                              optim="adamw_torch", disable_tqdm=True, report_to=[])
@@ -197,7 +201,8 @@ def main():
     cluster.connect("local")
     ray_start_s = time.perf_counter() - t0
     results = {"machine": common.machine_info(), "ray_start_s": ray_start_s, "load_before": os.getloadavg()[0]}
-    runs = [("raytrainer, ray", ours), ("raytrainer, ray, 1 at a time", lambda w: ours(w, 1))]
+    runs = [("raytrainer, ray", ours), ("raytrainer, ray, 1 at a time", lambda w: ours(w, 1)),
+            ("raytrainer, ray, num_workers=0 (in the trial actor)", lambda w: ours(w, workers=0))]
     if cli.optuna:
         runs.append(("raytrainer, optuna (1 at a time)", ours_optuna))
     if cli.hf:
