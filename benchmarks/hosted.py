@@ -17,6 +17,11 @@ order (t h, h t, ...), so a host whose speed drifts by minutes weighs on both si
   start-up       call -> script start (torchrun: its processes; launch: the job's dispatch to the warm group),
                  script start -> train begin (imports, model, data), train begin -> first step end
 Ratio (reported, not asserted): hosted / torchrun steady step per pair, and its median; target <= 1.05.
+`--baseline bare` puts two bare Ray actors in torchrun's place (hosted_ladder.ScriptHost, 0 CPUs each: the
+script in a thread of the actor with torchrun's RANK, WORLD_SIZE and MASTER_* variables, accelerate making the
+gloo group, the call waiting on the actor's main thread): Ray's worker processes without Ray Train or raytrainer,
+so the ratio is what Ray Train's worker and raytrainer's hosting add (`python benchmarks/hosted.py --baseline
+bare --pairs 6`).
 By default torchrun runs beside the idle Ray instance and worker group (their idle CPU is in its "others"):
 the ratio is what hosting adds to a machine where Ray runs anyway. `--torchrun-alone` stops Ray (and the
 group) before each torchrun run and starts both again for the launch (a new group each time, whose start is
@@ -129,6 +134,35 @@ def run_torchrun(steps: int, root: str) -> dict:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
 
 
+_BARE: list = []  # the two bare actors, started by the first bare run and kept (as the warm group is)
+
+
+def run_bare(steps: int, root: str, tag: str) -> dict:
+    """The script in two bare Ray actors, as torchrun's two ranks (see the module's doc)."""
+    import socket
+
+    import hosted_ladder
+    import ray
+    import ray.cloudpickle
+
+    if not _BARE:
+        ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
+        _BARE.extend(ray.remote(num_cpus=0)(hosted_ladder.ScriptHost).remote() for _ in range(2))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    stamps = os.path.join(root, f"{tag}.json")
+    argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
+    called = time.time()
+    with ProcessCPU(b"ScriptHost") as cpu:
+        ray.get([actor.run.remote(SCRIPT, argv, {
+            "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            for rank, actor in enumerate(_BARE)])
+    with open(stamps) as f:
+        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+
+
 def run_launch(steps: int, root: str, tag: str) -> dict:
     import raytrainer
 
@@ -175,6 +209,8 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--torchrun-alone", action="store_true", help="no Ray running while torchrun runs")
+    parser.add_argument("--baseline", choices=("torchrun", "bare"), default="torchrun",
+                        help="what launch is compared with: torchrun, or two bare Ray actors (see above)")
     parser.add_argument("--json")
     options = parser.parse_args()
     rows, ratios, runs = [], [], []
@@ -186,29 +222,34 @@ def main():
             order = ("torchrun", "launch") if pair % 2 == 0 else ("launch", "torchrun")
             figures = {}
             for name in order:
-                if name == "torchrun":
+                if name == "torchrun" and options.baseline == "bare":
+                    figures[name] = run_bare(options.steps, root, f"bare-{pair}")
+                elif name == "torchrun":
                     if options.torchrun_alone:
                         stop_ray()
                     figures[name] = run_torchrun(options.steps, root)
                 else:
                     group = "new group" if start_ray() is not None else "warm group"
                     figures[name] = run_launch(options.steps, root, f"launch-{pair}")
-                rows.append(row(pair, name if name == "torchrun" else f"raytrainer launch ({group})",
+                base = "two bare Ray actors" if options.baseline == "bare" else "torchrun"
+                rows.append(row(pair, base if name == "torchrun" else f"raytrainer launch ({group})",
                                 figures[name], os.getloadavg()[0]))
             ratios.append(figures["launch"]["steady_step_ms"] / figures["torchrun"]["steady_step_ms"])
             runs.append(figures)
-            print(f"[pair {pair + 1}/{options.pairs}] hosted / torchrun {ratios[-1]:.3f} "
+            print(f"[pair {pair + 1}/{options.pairs}] hosted / {options.baseline} {ratios[-1]:.3f} "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     beside = "torchrun with no Ray running" if options.torchrun_alone else "torchrun beside the idle Ray and group"
+    if options.baseline == "bare":
+        beside = "two bare Ray actors in torchrun's place"
     common.print_table(f"Hosted SFT, 2 processes, {options.steps} steps, {beside} (Ray start: {ray_s:.1f} s)",
                        ["pair", "launcher", "steady_step_ms", "rank_cpu_ms", "other_cores", "to_script_s",
                         "script_s", "first_step_s", "call_s", "load"],
-                       rows, notes=[f"hosted / torchrun steady step, per pair: "
+                       rows, notes=[f"hosted / {options.baseline} steady step, per pair: "
                                     f"{', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}"
                                     " (target <= 1.05)"])
     common.write_json(options.json, {"machine": common.machine_info(), "rows": rows, "ratios": ratios,
                                      "runs": runs, "first_launch": first, "ray_start_s": ray_s,
-                                     "torchrun_alone": options.torchrun_alone})
+                                     "torchrun_alone": options.torchrun_alone, "baseline": options.baseline})
 
 
 if __name__ == "__main__":
