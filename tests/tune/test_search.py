@@ -226,3 +226,22 @@ def test_population_based_training_continues_the_better_trials_checkpoint_with_t
     tune_files = [f for _, _, files in os.walk(os.path.join(out, "hp_search")) for f in files]
     assert POINTER in tune_files and not any(f.endswith((".safetensors", ".bin", ".pt")) for f in tune_files)
     assert best.hyperparameters in ({"learning_rate": 1e-2}, {"learning_rate": 5e-3})
+
+
+# ------------------------------------------------------------------ trials that train in their Tune actors
+def test_trials_of_num_workers_0_train_in_their_actors_and_the_best_equals_a_plain_run(tmp_path, ray_session):
+    """num_workers=0 (docs/tune.md, "Many short trials of one process"): each trial is the same loop in its Tune
+    actor, no worker group; ASHA stops the worse trial at its first evaluation, the run folders hold committed
+    checkpoints, and the best trial's objective is a plain in-process run's."""
+    out = str(tmp_path / "in-actors")
+    best = trainer_of(arguments(out, num_workers=0)).hyperparameter_search(
+        hp_space=lr_space([1e-2, 1e-6]), n_trials=1, max_concurrent_trials=1, verbose=0,
+        scheduler=ASHAScheduler(max_t=100, grace_period=1, reduction_factor=2))
+    results = {r.config["learning_rate"]: r.metrics for r in best.run_summary}
+    assert best.hyperparameters == {"learning_rate": 1e-2}
+    assert results[1e-2]["step"] == 6 and results[1e-6]["step"] == 2  # 1e-6 stopped at its first evaluation
+    assert committed(os.path.join(out, f"run-{results[1e-2]['trial_id']}")) == {2: True, 4: True, 6: True}
+    assert results[1e-2]["pid"] != os.getpid()  # trained in Tune's actor, not here
+    plain = trainer_of(arguments(str(tmp_path / "plain"), num_workers=0, learning_rate=1e-2))
+    plain.train()
+    assert plain.evaluate()["eval_loss"] == best.objective
