@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import statistics
 import sys
 import time
@@ -243,6 +244,13 @@ def make_step_stamps_callback(path: str, started: float, extra: Optional[Callabl
 
 
 # ------------------------------------------------------------------------------------------------ Ray
+def free_port() -> int:
+    """A TCP port free on this machine now (for a process group's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def ship_by_value():
     """Make cloudpickle send this module's classes by value, so the workers need not import it."""
     import cloudpickle

@@ -24,7 +24,6 @@ import argparse
 import os
 import resource
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -189,9 +188,7 @@ def _worker(rank: int, world: int, port: int, cfg: Config, path: str):
 def run_hand(cfg: Config, workdir: str) -> dict:
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = common.free_port()
     path = os.path.join(workdir, "hand.json")
     mp.spawn(_worker, args=(cfg.workers, port, cfg, path), nprocs=cfg.workers, join=True)
     return read_stamps(path)

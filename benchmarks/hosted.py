@@ -139,8 +139,6 @@ _BARE: list = []  # the two bare actors, started by the first bare run and kept 
 
 def run_bare(steps: int, root: str, tag: str) -> dict:
     """The script in two bare Ray actors, as torchrun's two ranks (see the module's doc)."""
-    import socket
-
     import hosted_ladder
     import ray
     import ray.cloudpickle
@@ -148,15 +146,13 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
     if not _BARE:
         ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
         _BARE.extend(ray.remote(num_cpus=0)(hosted_ladder.ScriptHost).remote() for _ in range(2))
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    port = common.free_port()
     stamps = os.path.join(root, f"{tag}.json")
     argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
     called = time.time()
     with ProcessCPU(b"ScriptHost") as cpu:
         ray.get([actor.run.remote(SCRIPT, argv, {
-            "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
+            **hosted_ladder.job_env("cpu"), "RANK": str(rank), "LOCAL_RANK": str(rank),
             "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
             for rank, actor in enumerate(_BARE)])
     with open(stamps) as f:
@@ -214,6 +210,7 @@ def main():
     parser.add_argument("--json")
     options = parser.parse_args()
     rows, ratios, runs = [], [], []
+    base = "two bare Ray actors" if options.baseline == "bare" else "torchrun"  # the baseline's row name
     with tempfile.TemporaryDirectory() as root:
         ray_s = start_ray()
         first = run_launch(options.steps, root, "launch-first")  # the group's start: not in a pair
@@ -231,7 +228,6 @@ def main():
                 else:
                     group = "new group" if start_ray() is not None else "warm group"
                     figures[name] = run_launch(options.steps, root, f"launch-{pair}")
-                base = "two bare Ray actors" if options.baseline == "bare" else "torchrun"
                 rows.append(row(pair, base if name == "torchrun" else f"raytrainer launch ({group})",
                                 figures[name], os.getloadavg()[0]))
             ratios.append(figures["launch"]["steady_step_ms"] / figures["torchrun"]["steady_step_ms"])

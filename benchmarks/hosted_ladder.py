@@ -38,6 +38,11 @@ def plain_env(device: str) -> dict:
     return env
 
 
+def job_env(device: str) -> dict:
+    """What plain_env sets, for a script run in a Ray actor (which has Ray's environment otherwise)."""
+    return {key: value for key, value in plain_env(device).items() if key in ("OMP_NUM_THREADS", "ACCELERATE_USE_CPU")}
+
+
 def run_plain(script: str, script_args: List[str], device: str) -> None:
     subprocess.run([sys.executable, script, *script_args], check=True, env=plain_env(device),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -79,7 +84,7 @@ def run_in_actor(script: str, script_args: List[str], device: str) -> None:
     if _host is None:
         _host = ray.remote(num_cpus=0)(ScriptHost).remote()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0") if device == "cuda" else ""
-    env = {key: value for key, value in plain_env(device).items() if key in ("OMP_NUM_THREADS", "ACCELERATE_USE_CPU")}
+    env = job_env(device)
     ray.get(_host.run.remote(script, script_args, {**env, "CUDA_VISIBLE_DEVICES": visible}))
 
 

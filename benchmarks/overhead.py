@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -152,18 +151,12 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: Config, stamp_path: str):
         hand_loop(cfg, rank, world, stamp_path, entered)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_hand_ddp(cfg: Config, workdir: str) -> dict:
     import torch.multiprocessing as mp
 
     path = os.path.join(workdir, "hand-ddp.json")
     t0 = time.time()
-    mp.spawn(_ddp_worker, args=(2, _free_port(), cfg, path), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, common.free_port(), cfg, path), nprocs=2, join=True)
     return _result(read_stamps(path), t0, time.time() - t0, cfg)
 
 
