@@ -59,6 +59,10 @@ class Emitter:
         return events
 
     def flush(self, wait: bool = False):
+        """Send what is buffered. `wait`: return once the sink holds it and every earlier push (an async actor
+        may start a later call first: a result set after a waited flush must not overtake the job's events)."""
+        if wait:
+            self._land_pushes()
         events = self._take()
         if events:
             ref = self._call("push", events, wait=wait)
