@@ -21,7 +21,9 @@ Ratio (reported, not asserted): hosted / torchrun steady step per pair, and its 
 script in a thread of the actor with torchrun's RANK, WORLD_SIZE and MASTER_* variables, accelerate making the
 gloo group, the call waiting on the actor's main thread): Ray's worker processes without Ray Train or raytrainer,
 so the ratio is what Ray Train's worker and raytrainer's hosting add (`python benchmarks/hosted.py --baseline
-bare --pairs 6`).
+bare --pairs 6`). `--baseline raytrain` puts the script in a plain Ray Train `TorchTrainer` (2 workers, its own gloo
+group, no raytrainer; the launch's idle group is released first for its CPUs, so each launch starts a new group:
+neither start is in the steady step): the ratio is what raytrainer's hosting adds to Ray Train's worker.
 By default torchrun runs beside the idle Ray instance and worker group (their idle CPU is in its "others"):
 the ratio is what hosting adds to a machine where Ray runs anyway. `--torchrun-alone` stops Ray (and the
 group) before each torchrun run and starts both again for the launch (a new group each time, whose start is
@@ -159,6 +161,35 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
 
 
+def _script_in_ray_train(config: dict):
+    """Ray Train's train function of `--baseline raytrain`: the script as `python script ARGS` would run it."""
+    import runpy
+
+    os.environ.update(config["env"])
+    sys.argv = [config["script"], *config["argv"]]
+    runpy.run_path(config["script"], run_name="__main__")
+
+
+def run_raytrain(steps: int, root: str, tag: str) -> dict:
+    """The script in a plain Ray Train TorchTrainer of 2 workers (see the module's doc)."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from raytrainer.coordinator import holders
+
+    holders.release_all()  # the launch's idle group holds the CPUs its workers need
+    stamps = os.path.join(root, f"{tag}.json")
+    argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
+    called = time.time()
+    with ProcessCPU(b"RayTrainWorker") as cpu:
+        TorchTrainer(_script_in_ray_train, train_loop_config={"script": SCRIPT, "argv": argv,
+                                                              "env": {"ACCELERATE_USE_CPU": "true"}},
+                     scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(name=tag, storage_path=root)).fit()
+    with open(stamps) as f:
+        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+
+
 def run_launch(steps: int, root: str, tag: str) -> dict:
     import raytrainer
 
@@ -194,6 +225,10 @@ def stop_ray():
     ray.shutdown()
 
 
+# --baseline: the row name of what stands in torchrun's place.
+BASELINES = {"torchrun": "torchrun", "bare": "two bare Ray actors", "raytrain": "a plain Ray Train TorchTrainer"}
+
+
 def row(pair, name: str, figures: dict, load: float) -> list:
     return [pair, name, common.fmt(figures["steady_step_ms"]), common.fmt(figures["rank_cpu_ms"]),
             common.fmt(figures["other_cores"]), common.fmt(figures["to_script_s"]), common.fmt(figures["script_s"]),
@@ -205,12 +240,13 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--torchrun-alone", action="store_true", help="no Ray running while torchrun runs")
-    parser.add_argument("--baseline", choices=("torchrun", "bare"), default="torchrun",
-                        help="what launch is compared with: torchrun, or two bare Ray actors (see above)")
+    parser.add_argument("--baseline", choices=tuple(BASELINES), default="torchrun",
+                        help="what launch is compared with: torchrun, two bare Ray actors, or a plain Ray Train "
+                             "TorchTrainer (see above)")
     parser.add_argument("--json")
     options = parser.parse_args()
     rows, ratios, runs = [], [], []
-    base = "two bare Ray actors" if options.baseline == "bare" else "torchrun"  # the baseline's row name
+    base = BASELINES[options.baseline]  # the baseline's row name
     with tempfile.TemporaryDirectory() as root:
         ray_s = start_ray()
         first = run_launch(options.steps, root, "launch-first")  # the group's start: not in a pair
@@ -221,12 +257,16 @@ def main():
             for name in order:
                 if name == "torchrun" and options.baseline == "bare":
                     figures[name] = run_bare(options.steps, root, f"bare-{pair}")
+                elif name == "torchrun" and options.baseline == "raytrain":
+                    figures[name] = run_raytrain(options.steps, root, f"raytrain-{pair}")
                 elif name == "torchrun":
                     if options.torchrun_alone:
                         stop_ray()
                     figures[name] = run_torchrun(options.steps, root)
                 else:
-                    group = "new group" if start_ray() is not None else "warm group"
+                    from raytrainer.coordinator import holders
+
+                    group = "new group" if start_ray() is not None or not holders.idle_groups() else "warm group"
                     figures[name] = run_launch(options.steps, root, f"launch-{pair}")
                 rows.append(row(pair, base if name == "torchrun" else f"raytrainer launch ({group})",
                                 figures[name], os.getloadavg()[0]))
@@ -235,8 +275,8 @@ def main():
             print(f"[pair {pair + 1}/{options.pairs}] hosted / {options.baseline} {ratios[-1]:.3f} "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     beside = "torchrun with no Ray running" if options.torchrun_alone else "torchrun beside the idle Ray and group"
-    if options.baseline == "bare":
-        beside = "two bare Ray actors in torchrun's place"
+    if options.baseline != "torchrun":
+        beside = f"{base} in torchrun's place"
     common.print_table(f"Hosted SFT, 2 processes, {options.steps} steps, {beside} (Ray start: {ray_s:.1f} s)",
                        ["pair", "launcher", "steady_step_ms", "rank_cpu_ms", "other_cores", "to_script_s",
                         "script_s", "first_step_s", "call_s", "load"],
