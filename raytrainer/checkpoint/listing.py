@@ -26,6 +26,12 @@ def checkpoint_name(step: int) -> str:
     return f"{CHECKPOINT_PREFIX}{step}"
 
 
+def step_of_name(name: str) -> int | None:
+    """The step of a `checkpoint-N` name; None for any other name."""
+    match = _CHECKPOINT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
 @dataclass
 class CheckpointInfo:
     url: str
@@ -50,9 +56,9 @@ def checkpoint_dirs(output_dir: str, storage_options: dict | None = None) -> lis
     found = []
     for entry in entries:
         name = basename(entry["name"])
-        match = _CHECKPOINT_NAME.match(name)
-        if entry["type"] == "directory" and match:
-            found.append((int(match.group(1)), join(output_dir, name)))
+        step = step_of_name(name)
+        if entry["type"] == "directory" and step is not None:
+            found.append((step, join(output_dir, name)))
     return sorted(found)
 
 

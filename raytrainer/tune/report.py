@@ -27,6 +27,8 @@ import tempfile
 from typing import Any, Callable, Dict, Optional
 
 from ..callbacks.base import TrainerCallback
+from ..checkpoint.listing import step_of_name
+from ..storage import basename
 
 OBJECTIVE = "objective"  # the metric's name in Tune, as transformers names it
 POINTER = "raytrainer_checkpoint.json"  # in a Tune checkpoint: the run's checkpoint {"url", "step"}
@@ -128,17 +130,24 @@ class TuneReportAtCommit(TuneReport):
     def __init__(self, compute_objective: Callable[[Dict[str, float]], float],
                  report: Optional[Callable[..., None]] = None):
         super().__init__(compute_objective, report)
-        self.pending: Optional[Dict[str, Any]] = None  # the last evaluation's result, until its step is committed
+        # The evaluations' results by step, each until its step's checkpoint is committed. More than one waits
+        # when a commit is reported after the next evaluation (num_workers=0: the commit's event comes from the
+        # writer thread while the loop trains on; a tiny model evaluates step s + 1 first).
+        self.pending: Dict[int, Dict[str, Any]] = {}
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if not self.stopped:
-            self.pending = self.result_of(state, metrics)
+            self.pending[state.global_step] = self.result_of(state, metrics)
 
     def on_save(self, args, state, control, checkpoint=None, **kwargs):
-        if self.stopped or self.pending is None or self.pending["step"] != state.global_step:
-            return  # an earlier save committed late: its evaluation's result was sent with it
-        result, self.pending = self.pending, None
-        self.send(result, control, {"url": checkpoint, "step": state.global_step})  # the save event's URL
+        # The save event's step is its checkpoint's (state.global_step may be later: num_workers=0).
+        step = _step_of(checkpoint, state.global_step)
+        result = self.pending.pop(step, None)
+        for earlier in [s for s in self.pending if s < step]:  # evaluations whose step saved nothing (none
+            del self.pending[earlier]  # should: every evaluation step saves, options.check_evaluates)
+        if self.stopped or result is None:
+            return  # a save without an evaluation at its step: nothing for Tune
+        self.send(result, control, {"url": checkpoint, "step": step})  # the save event's URL
 
     def on_step_end(self, args, state, control, **kwargs):
         """The run's last step is evaluated and saved: its result goes to Tune with its checkpoint, as every result
@@ -148,6 +157,12 @@ class TuneReportAtCommit(TuneReport):
         point (see the class)."""
         if state.max_steps and state.global_step >= state.max_steps:
             control.should_evaluate = control.should_save = True
+
+
+def _step_of(checkpoint: Optional[str], default: int) -> int:
+    """The step of a checkpoint URL (`.../checkpoint-N`), else `default`."""
+    step = step_of_name(basename(checkpoint.rstrip("/"))) if checkpoint else None
+    return default if step is None else step
 
 
 def pointed_checkpoint(checkpoint) -> Optional[Dict[str, Any]]:

@@ -106,14 +106,22 @@ def test_under_pbt_an_evaluation_is_reported_once_its_checkpoint_is_committed(tm
     report = TuneReportAtCommit(default_compute_objective, report=lambda *a: sent.append(a))
     assert listens_to(report, "step_end")  # every step's end waits for the driver: a stop given at on_save
     report.on_evaluate(args, state_at(6), TrainerControl(), metrics=dict(METRICS))
-    assert sent == [] and report.pending["step"] == 6  # the workers save checkpoint-6 next
-    report.on_save(args, state_at(4), TrainerControl(), checkpoint=str(tmp_path / "run-a" / "checkpoint-4"))
-    assert sent == []  # an earlier checkpoint committed late
+    assert sent == [] and report.pending[6]["step"] == 6  # the workers save checkpoint-6 next
+    report.on_save(args, state_at(6), TrainerControl(), checkpoint=str(tmp_path / "run-a" / "checkpoint-4"))
+    assert sent == []  # an earlier checkpoint (of a step without evaluation) committed late
     url = str(tmp_path / "run-a" / "checkpoint-6")
     report.on_save(args, state_at(6), TrainerControl(), checkpoint=url)
     [(result, pointer)] = sent
-    assert result["step"] == 6 and report.reported == 1 and report.pending is None
+    assert result["step"] == 6 and report.reported == 1 and report.pending == {}
     assert pointer == {"url": url, "step": 6}
+    # num_workers=0: the commit of checkpoint-9 is heard after step 10's evaluation (the writer thread reports it
+    # while the loop trains on). Each result still goes with its own step's checkpoint, in order.
+    report.on_evaluate(args, state_at(9), TrainerControl(), metrics=dict(METRICS))
+    report.on_evaluate(args, state_at(10), TrainerControl(), metrics={**METRICS, "eval_loss": 0.5})
+    for step in (9, 10):
+        report.on_save(args, state_at(10), TrainerControl(), checkpoint=str(tmp_path / "run-a" / f"checkpoint-{step}"))
+    assert [(r["step"], p["step"]) for r, p in sent[1:]] == [(9, 9), (10, 10)] and report.pending == {}
+    assert sent[2][0]["objective"] == 0.5
     folder = tmp_path / "tune-checkpoint"  # as Tune hands it back to the trial that continues it
     folder.mkdir()
     (folder / POINTER).write_text(json.dumps(pointer))
@@ -128,7 +136,7 @@ def test_under_pbt_an_evaluation_is_reported_once_its_checkpoint_is_committed(tm
     report = TuneReportAtCommit(default_compute_objective, report=stopped)
     control = TrainerControl()
     report.on_evaluate(args, state_at(2), control, metrics=dict(METRICS))
-    report.on_save(args, state_at(2), control, checkpoint=url)
+    report.on_save(args, state_at(2), control, checkpoint=str(tmp_path / "run-a" / "checkpoint-2"))
     assert report.stopped and control.should_training_stop  # taken by the workers at their next step's end
     # The run's last step is evaluated and saved: its result goes to Tune with its checkpoint too.
     last, before = state_at(8), state_at(7)

@@ -191,7 +191,8 @@ def read_runs(run_dir: str):
     return runs
 
 
-def test_population_based_training_continues_the_better_trials_checkpoint_with_the_new_values(tmp_path,
+@pytest.mark.parametrize("num_workers", [1, 0])  # each trial a worker group, or the loop in its Tune actor
+def test_population_based_training_continues_the_better_trials_checkpoint_with_the_new_values(tmp_path, num_workers,
                                                                                               ray_session):
     out = str(tmp_path / "pbt")
     # Both trials evaluate and save at step 3; PBT (synchronous: both reach step 3 before it decides) keeps
@@ -200,7 +201,8 @@ def test_population_based_training_continues_the_better_trials_checkpoint_with_t
     # Their last step is evaluated and saved (under PBT every result has its checkpoint): their final results.
     pbt = PopulationBasedTraining(time_attr="step", perturbation_interval=3, quantile_fraction=0.5, synch=True,
                                   hyperparam_mutations={"learning_rate": [5e-3]})
-    args = arguments(out, max_steps=4, eval_steps=3, save_steps=3, logging_steps=1, lr_scheduler_type="constant")
+    args = arguments(out, max_steps=4, eval_steps=3, save_steps=3, logging_steps=1, lr_scheduler_type="constant",
+                     num_workers=num_workers)
     best = trainer_of(args, callbacks=[LogsToFile()]).hyperparameter_search(
         hp_space=lr_space([1e-2, 1e-6]), n_trials=1, scheduler=pbt, max_concurrent_trials=2, verbose=0)
 
