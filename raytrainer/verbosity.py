@@ -204,6 +204,9 @@ def configure_worker(level: Optional[str]):
         os.environ["TRANSFORMERS_VERBOSITY"] = level
         if number > logging.DEBUG:
             os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+            hub = sys.modules.get("huggingface_hub.utils")
+            if hub is not None:  # in use already (datasets brings it): it read the variable once, before this;
+                hub.disable_progress_bars()  # transformers' bars follow hub's switch when it is imported
         return
     import transformers.utils.logging as hf_logging
 

@@ -121,3 +121,25 @@ def test_the_raylets_worker_count_warning_is_dropped_and_its_other_notices_kept(
     ray_worker.print_to_stdstream({"lines": [count], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     ray_worker.print_to_stdstream({"lines": [died], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     assert printed == [[died]]
+
+
+def test_a_worker_level_quiets_transformers_bars_when_hub_came_first():
+    """A process where huggingface_hub is imported before the worker's level is applied and transformers after it
+    (a num_workers=0 Tune trial: datasets brings hub, model_init brings transformers): hub read its progress-bar
+    variable once, before the level was set, so the level switches hub's bars off itself, and transformers' bars
+    ("Writing model shards" at each checkpoint, from every trial) follow. In a fresh process: the switch is
+    process-wide."""
+    import subprocess
+    import sys
+
+    code = ("import sys, huggingface_hub.utils as hub\n"
+            "assert not hub.are_progress_bars_disabled()  # read, as datasets does at its import\n"
+            "from raytrainer.verbosity import configure_worker\n"
+            "assert 'transformers' not in sys.modules\n"
+            "configure_worker('warning')\n"
+            "import transformers.utils.logging as hf_logging\n"
+            "print(hf_logging.is_progress_bar_enabled())\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "False"

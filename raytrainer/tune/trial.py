@@ -39,6 +39,7 @@ from ..checkpoint.manifest import is_committed
 from ..coordinator import holders
 from ..errors import ConfigError
 from ..state import TrainerState
+from ..verbosity import configure_worker, worker_level
 from .report import TuneReport, TuneReportAtCommit, pointed_checkpoint
 
 # Tune waits this long (s) for a reused actor's last trial to end before giving the actor to the next one
@@ -175,6 +176,10 @@ def run_trial(config: Dict[str, Any], recipe: Union[ShippedRecipe, TrialRecipe])
     run_dir = storage.join(recipe.output_dir, run_name(recipe, config, trial_id))
     report = (TuneReportAtCommit if recipe.exploits else TuneReport)(recipe.compute_objective)
     trainer = trial_trainer(recipe, config, run_dir, report)
+    if trainer.args.num_workers == 0:
+        # The loop trains in this actor: quiet as a worker is (transformers' "Writing model shards" bar at every
+        # checkpoint, from every trial, would interleave under the sweep's table).
+        configure_worker(worker_level(trainer.args, 0, driver_ran_model=False))
     pointed = pointed_checkpoint(tune.get_checkpoint())
     wait_for_the_last_run(run_dir, trainer.args.storage_options)
     if pointed is not None:  # PBT: the checkpoint Tune chose, this trial's or another's, with this trial's values
