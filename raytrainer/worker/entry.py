@@ -110,8 +110,28 @@ def ray_worker_main(config: Dict[str, Any]):
         if posted is None:
             return
         last = posted.id
-        serve(posted, ctx, sink)
+        try:
+            serve(posted, ctx, sink)
+        except ray.exceptions.RayActorError:
+            if sink_alive(sink):
+                raise
+            # The sink went with its driver while this job ran (Tune ended a trial's actor at the sweep's end, the
+            # script exited): nobody is left to report to, and a traceback here would be noise on the console.
+            return
         release_memory(ctx)
+
+
+def sink_alive(sink) -> bool:
+    """Whether the job board's sink still answers (a RayActorError from a job may be the user's own actor's)."""
+    import ray
+
+    try:
+        ray.get(sink.controller.remote(), timeout=10)
+    except ray.exceptions.RayActorError:
+        return False
+    except ray.exceptions.GetTimeoutError:  # alive but slow to answer: not a dead driver
+        pass
+    return True
 
 
 def serve(posted: Job, ctx: WorkerContext, sink):
