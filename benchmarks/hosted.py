@@ -163,27 +163,28 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
 
 def _script_in_ray_train(config: dict):
     """Ray Train's train function of `--baseline raytrain`: the script as `python script ARGS` would run it."""
-    import runpy
-
     os.environ.update(config["env"])
-    sys.argv = [config["script"], *config["argv"]]
-    runpy.run_path(config["script"], run_name="__main__")
+    config["run"](config["script"], config["argv"])  # hosted_ladder.run_as_main, shipped by value
 
 
 def run_raytrain(steps: int, root: str, tag: str) -> dict:
     """The script in a plain Ray Train TorchTrainer of 2 workers (see the module's doc)."""
+    import hosted_ladder
+    import ray.cloudpickle
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from raytrainer.coordinator import holders
 
+    ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
     holders.release_all()  # the launch's idle group holds the CPUs its workers need
     stamps = os.path.join(root, f"{tag}.json")
     argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
     called = time.time()
     with ProcessCPU(b"RayTrainWorker") as cpu:
-        TorchTrainer(_script_in_ray_train, train_loop_config={"script": SCRIPT, "argv": argv,
-                                                              "env": {"ACCELERATE_USE_CPU": "true"}},
+        config = {"script": SCRIPT, "argv": argv, "run": hosted_ladder.run_as_main,
+                  "env": {"ACCELERATE_USE_CPU": "true"}}
+        TorchTrainer(_script_in_ray_train, train_loop_config=config,
                      scaling_config=ScalingConfig(num_workers=2),
                      run_config=RunConfig(name=tag, storage_path=root)).fit()
     with open(stamps) as f:
@@ -245,6 +246,8 @@ def main():
                              "TorchTrainer (see above)")
     parser.add_argument("--json")
     options = parser.parse_args()
+    from raytrainer.coordinator import holders
+
     rows, ratios, runs = [], [], []
     base = BASELINES[options.baseline]  # the baseline's row name
     with tempfile.TemporaryDirectory() as root:
@@ -264,8 +267,6 @@ def main():
                         stop_ray()
                     figures[name] = run_torchrun(options.steps, root)
                 else:
-                    from raytrainer.coordinator import holders
-
                     group = "new group" if start_ray() is not None or not holders.idle_groups() else "warm group"
                     figures[name] = run_launch(options.steps, root, f"launch-{pair}")
                 rows.append(row(pair, base if name == "torchrun" else f"raytrainer launch ({group})",

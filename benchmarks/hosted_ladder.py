@@ -48,6 +48,12 @@ def run_plain(script: str, script_args: List[str], device: str) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def run_as_main(script: str, argv: List[str]) -> None:
+    """The script as `python script ARGS` runs it, in this process (a Ray actor's or Ray Train worker's thread)."""
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")
+
+
 class ScriptHost:
     """A bare Ray actor that runs a script as `python script ARGS` would, in a thread of its own (Ray Train's
     worker runs the train function in its "TrainingThread"), on the device the driver sees: the GPU stays with
@@ -58,9 +64,8 @@ class ScriptHost:
         failure: List[BaseException] = []
 
         def target():
-            sys.argv = [script, *argv]
             try:
-                runpy.run_path(script, run_name="__main__")
+                run_as_main(script, argv)
             except BaseException as exc:  # noqa: BLE001 (raised on the caller's side below)
                 failure.append(exc)
 
