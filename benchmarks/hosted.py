@@ -1,8 +1,10 @@
-"""The hosted mode's cost: one TRL SFT script under torchrun and under `raytrainer launch`, 2 processes each.
+"""The hosted mode's cost: one TRL SFT script under torchrun and under `raytrainer launch`, 2 processes each
+(`--workers`).
 
     python benchmarks/hosted.py                 # 3 pairs of 200 steps: ~3-4 min on 2 cores
     python benchmarks/hosted.py --steps 300 --pairs 5 --json /tmp/hosted.json
     python benchmarks/hosted.py --torchrun-alone  # Ray stopped while torchrun runs: ~5-6 min
+    python benchmarks/hosted.py --workers 1       # one rank: a core left for Ray's own processes
 
 The script (benchmarks/hosted_sft.py) stamps, on rank 0, its own start (before its imports), train begin and
 every step end. Ray and the worker group are started first by one untimed launch (its start-up is reported);
@@ -47,6 +49,7 @@ import common
 sys.path.insert(0, common.REPO_ROOT)
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosted_sft.py")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+WORKERS = 2  # ranks on each side (--workers): 1 leaves a core of 2 to Ray's own processes and the driver
 
 
 class ProcessCPU:
@@ -57,6 +60,7 @@ class ProcessCPU:
 
     def __init__(self, rank_marker: bytes, every_s: float = 1.0):
         self.rank_marker, self.every_s, self.samples, self.own_s = rank_marker, every_s, [], 0.0
+        self.ranks = WORKERS
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hosted-bench-cpu", daemon=True)
 
@@ -114,7 +118,7 @@ class ProcessCPU:
             return {"rank_cpu_ms": None, "other_cores": None}
         (t0, r0, o0, own0), (t1, r1, o1, own1) = inside[0], inside[-1]
         count = sum(1 for t in steps if t0 < t <= t1)
-        return {"rank_cpu_ms": 1000 * (r1 - r0) / 2 / max(count, 1),
+        return {"rank_cpu_ms": 1000 * (r1 - r0) / self.ranks / max(count, 1),
                 "other_cores": ((o1 - o0) - (own1 - own0)) / (t1 - t0)}
 
 
@@ -129,7 +133,7 @@ def run_torchrun(steps: int, root: str) -> dict:
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     called = time.time()
     with ProcessCPU(SCRIPT.encode()) as cpu:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", SCRIPT,
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORKERS), SCRIPT,
                         "--output_dir", os.path.join(root, "torchrun"), "--max_steps", str(steps),
                         "--stamps", stamps], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(stamps) as f:
@@ -147,7 +151,7 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
 
     if not _BARE:
         ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
-        _BARE.extend(ray.remote(num_cpus=0)(hosted_ladder.ScriptHost).remote() for _ in range(2))
+        _BARE.extend(ray.remote(num_cpus=0)(hosted_ladder.ScriptHost).remote() for _ in range(WORKERS))
     port = common.free_port()
     stamps = os.path.join(root, f"{tag}.json")
     argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
@@ -155,7 +159,8 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
     with ProcessCPU(b"ScriptHost") as cpu:
         ray.get([actor.run.remote(SCRIPT, argv, {
             **hosted_ladder.job_env("cpu"), "RANK": str(rank), "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            "WORLD_SIZE": str(WORKERS), "LOCAL_WORLD_SIZE": str(WORKERS), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port)})
             for rank, actor in enumerate(_BARE)])
     with open(stamps) as f:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
@@ -168,7 +173,7 @@ def _script_in_ray_train(config: dict):
 
 
 def run_raytrain(steps: int, root: str, tag: str) -> dict:
-    """The script in a plain Ray Train TorchTrainer of 2 workers (see the module's doc)."""
+    """The script in a plain Ray Train TorchTrainer of WORKERS workers (see the module's doc)."""
     import hosted_ladder
     import ray.cloudpickle
     from ray.train import RunConfig, ScalingConfig
@@ -185,7 +190,7 @@ def run_raytrain(steps: int, root: str, tag: str) -> dict:
         config = {"script": SCRIPT, "argv": argv, "run": hosted_ladder.run_as_main,
                   "env": {"ACCELERATE_USE_CPU": "true"}}
         TorchTrainer(_script_in_ray_train, train_loop_config=config,
-                     scaling_config=ScalingConfig(num_workers=2),
+                     scaling_config=ScalingConfig(num_workers=WORKERS),
                      run_config=RunConfig(name=tag, storage_path=root)).fit()
     with open(stamps) as f:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
@@ -198,7 +203,7 @@ def run_launch(steps: int, root: str, tag: str) -> dict:
     called = time.time()
     with ProcessCPU(b"RayTrainWorker") as cpu:
         raytrainer.launch(SCRIPT, ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps),
-                                   "--stamps", stamps], num_workers=2, disable_tqdm=True, resume=False)
+                                   "--stamps", stamps], num_workers=WORKERS, disable_tqdm=True, resume=False)
     with open(stamps) as f:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
 
@@ -237,6 +242,7 @@ def row(pair, name: str, figures: dict, load: float) -> list:
 
 
 def main():
+    global WORKERS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=3)
@@ -244,8 +250,10 @@ def main():
     parser.add_argument("--baseline", choices=tuple(BASELINES), default="torchrun",
                         help="what launch is compared with: torchrun, two bare Ray actors, or a plain Ray Train "
                              "TorchTrainer (see above)")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="ranks on each side (default 2)")
     parser.add_argument("--json")
     options = parser.parse_args()
+    WORKERS = options.workers
     from raytrainer.coordinator import holders
 
     rows, ratios, runs = [], [], []
@@ -278,7 +286,7 @@ def main():
     beside = "torchrun with no Ray running" if options.torchrun_alone else "torchrun beside the idle Ray and group"
     if options.baseline != "torchrun":
         beside = f"{base} in torchrun's place"
-    common.print_table(f"Hosted SFT, 2 processes, {options.steps} steps, {beside} (Ray start: {ray_s:.1f} s)",
+    common.print_table(f"Hosted SFT, {WORKERS} process(es), {options.steps} steps, {beside} (Ray start: {ray_s:.1f} s)",
                        ["pair", "launcher", "steady_step_ms", "rank_cpu_ms", "other_cores", "to_script_s",
                         "script_s", "first_step_s", "call_s", "load"],
                        rows, notes=[f"hosted / {options.baseline} steady step, per pair: "
@@ -286,7 +294,8 @@ def main():
                                     " (target <= 1.05)"])
     common.write_json(options.json, {"machine": common.machine_info(), "rows": rows, "ratios": ratios,
                                      "runs": runs, "first_launch": first, "ray_start_s": ray_s,
-                                     "torchrun_alone": options.torchrun_alone, "baseline": options.baseline})
+                                     "torchrun_alone": options.torchrun_alone, "baseline": options.baseline,
+                                     "workers": WORKERS})
 
 
 if __name__ == "__main__":
