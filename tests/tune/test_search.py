@@ -1,15 +1,18 @@
 """`Trainer.hyperparameter_search`: bad input fails on the driver before any trial; real sweeps on the session's Ray
-(Ray Tune as it is, 1-worker trials of the tiny model): ASHA, its driver dying mid-sweep and run again; Population
-Based Training, a trial continuing the better trial's checkpoint with new values."""
+(Ray Tune as it is, 1-worker trials of the tiny model): ASHA, a trial losing its worker, the sweep's driver dying
+mid-sweep and run again; Population Based Training, a trial continuing the better trial's checkpoint with new
+values."""
 
 import json
 import os
 import sys
+import time
 
 import pytest
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.checkpoint.listing import list_checkpoints
+from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.errors import ConfigError
 from raytrainer.tune.hf_names import BestRun
 from raytrainer.tune.report import POINTER
@@ -32,8 +35,8 @@ def arguments(output_dir: str, **kw) -> TrainingArguments:
     return TrainingArguments(**{**base, **kw})
 
 
-def trainer_of(args, **kw) -> Trainer:
-    return Trainer(model_init=model_init, args=args, train_dataset=TokenData(32), eval_dataset=TokenData(8, seed=1),
+def trainer_of(args, cls=Trainer, **kw) -> Trainer:
+    return cls(model_init=model_init, args=args, train_dataset=TokenData(32), eval_dataset=TokenData(8, seed=1),
                    **kw)
 
 
@@ -103,6 +106,31 @@ class DriverDies(Callback):
             raise RuntimeError("the sweep's driver dies here")
 
 
+class RestartsToFile(TrainerCallback):
+    """A user's driver callback (each trial runs a copy): the run's group restarts, as lines of restarts.jsonl in
+    the trial's run folder."""
+
+    def on_restart(self, args, state, control, cause=None, **kwargs):
+        with open(os.path.join(args.output_dir, "restarts.jsonl"), "a") as f:
+            f.write(json.dumps({"step": state.global_step, "cause": cause}) + "\n")
+
+
+class WorkerDiesOnce(Trainer):
+    """The 1e-2 trial's worker kills its own process during step 3, once, after checkpoint-2 is committed: the
+    trial's run restarts its worker group from that checkpoint, as any run (max_failures=1). The marker sits
+    beside the trials' run folders, where every copy of the trial's Trainer finds it."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        marker = os.path.join(os.path.dirname(self.args.output_dir), "worker-died")
+        if self.args.learning_rate == 1e-2 and self.state.global_step + 1 == 3 and not os.path.exists(marker):
+            checkpoint = os.path.join(self.args.output_dir, "checkpoint-2")
+            while not is_committed(checkpoint, None):
+                time.sleep(0.05)
+            open(marker, "w").close()
+            os._exit(1)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
 def committed(run_dir: str) -> dict:
     return {c.step: c.committed for c in list_checkpoints(run_dir)}
 
@@ -113,6 +141,7 @@ def manifest_times(run_dir: str) -> dict:
 
 
 def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_run(tmp_path, ray_session):
+    """...and a worker lost inside a trial restarts that trial's group from its newest committed checkpoint."""
     out = str(tmp_path / "sweep")
     # Sequential trials (max_concurrent_trials=1) in grid order, so ASHA's decisions do not depend on which trial
     # reported first. 3e-3 runs alone to its end; 1e-2 beats it at each evaluation; 1e-6 is the worst at its
@@ -123,7 +152,9 @@ def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_
                   callbacks=[DriverDies(str(tmp_path / "died"), learning_rate=1e-2, step=4)])
 
     with pytest.raises(Exception, match="driver dies here"):
-        trainer_of(arguments(out)).hyperparameter_search(**search)
+        trainer_of(arguments(out, max_failures=1), cls=WorkerDiesOnce,
+                   callbacks=[RestartsToFile()]).hyperparameter_search(**search)
+    assert os.path.exists(os.path.join(out, "worker-died"))  # the 1e-2 trial lost its worker at step 3
     runs = sorted(d for d in os.listdir(out) if d.startswith("run-"))
     assert len(runs) == 2  # the first trial finished, the second died after its evaluation at step 4
     first, second = (os.path.join(out, r) for r in runs)
@@ -131,7 +162,8 @@ def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_
     assert committed(second).get(2)  # the died trial's run resumes from its newest committed checkpoint
     finished_at = manifest_times(first)
 
-    best = trainer_of(arguments(out)).hyperparameter_search(**search)  # the same call, run again
+    best = trainer_of(arguments(out, max_failures=1), cls=WorkerDiesOnce,  # the same call, run again
+                      callbacks=[RestartsToFile()]).hyperparameter_search(**search)
 
     assert isinstance(best, BestRun)
     assert best.hyperparameters == {"learning_rate": 1e-2} and f"run-{best.run_id}" == runs[1]
@@ -157,6 +189,12 @@ def test_a_sweep_whose_driver_dies_then_resumes_and_its_best_run_equals_a_plain_
     with open(os.path.join(second, "checkpoint-6", "trainer_state.json")) as f:
         state = json.load(f)
     assert state["global_step"] == 6
+    # Its worker lost at step 3 (the first call): the trial's run restarted its group once, from checkpoint-2, as
+    # its driver callbacks heard. (Whether that run committed checkpoint-4 before the sweep's driver died at step
+    # 4's report is a race: the state files cannot say it every time.)
+    with open(os.path.join(second, "restarts.jsonl")) as f:
+        restarts = [json.loads(line) for line in f]
+    assert [(r["step"], "rank 0 lost" in r["cause"]) for r in restarts] == [(2, True)], restarts
     # As transformers records a trial (no hp_name: no trial name).
     assert state["is_hyper_param_search"] and state["trial_params"] == {"learning_rate": 1e-2}
     assert state["trial_name"] is None
