@@ -1,10 +1,11 @@
 """Small helpers the test modules share: the repository root, the session Ray's CPUs, free ports on loopback, a
-driver callback that records the logs and evaluations it hears."""
+driver callback that records the logs and evaluations it hears, a worker that dies once a checkpoint commits."""
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,3 +46,14 @@ def logs_and_evaluations_recorder():
             self.events.append(("evaluate", state.global_step))
 
     return Recorder
+
+
+def die_once_committed(checkpoint: str, marker: str, storage_options=None):
+    """End this worker's process (an injected lost worker) once `checkpoint` is committed, leaving `marker` first:
+    the caller checks it, so the run's restarted group does not die again."""
+    from raytrainer.checkpoint.manifest import is_committed
+
+    while not is_committed(checkpoint, storage_options):
+        time.sleep(0.05)
+    open(marker, "w").close()
+    os._exit(1)

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import math
 import os
-import time
 
 import pytest
 import safetensors.torch
 import torch
 
 from raytrainer import Trainer, TrainingArguments
-from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.data.collator import DefaultCollator
 from raytrainer.storage import join
 from tests.hf_models import tiny_model, tiny_rows
 from tests.models import weights
+from tests.support import die_once_committed
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -84,10 +83,7 @@ class DiesOnce(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self.ctx.rank == 1 and self.state.global_step + 1 == KILL_AT and not os.path.exists(self.marker):
-            while not is_committed(join(self.args.output_dir, "checkpoint-3"), self.args.storage_options):
-                time.sleep(0.05)
-            open(self.marker, "w").close()
-            os._exit(1)
+            die_once_committed(join(self.args.output_dir, "checkpoint-3"), self.marker, self.args.storage_options)
         return super().training_step(model, inputs, num_items_in_batch)
 
 

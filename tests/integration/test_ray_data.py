@@ -6,18 +6,16 @@ input refused on the driver."""
 
 import collections
 import os
-import time
 
 import numpy as np
 import pytest
 import torch
 
 from raytrainer import Trainer, TrainingArguments
-from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.errors import ConfigError
 from raytrainer.storage import join
 from tests.models import VOCAB, assert_same_weights, make_model, weights
-from tests.support import SESSION_CPUS
+from tests.support import SESSION_CPUS, die_once_committed
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 ROWS = 51  # odd: 26 + 25 rows on 2 workers, so one rank pads its last micro-batch
@@ -58,10 +56,7 @@ class CountsRows(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self.die and self.ctx.rank == 1 and self.state.global_step + 1 == KILL_AT and not os.path.exists(
                 self.marker):
-            while not is_committed(join(self.args.output_dir, "checkpoint-4")):
-                time.sleep(0.05)
-            open(self.marker, "w").close()
-            os._exit(1)
+            die_once_committed(join(self.args.output_dir, "checkpoint-4"), self.marker)
         return super().training_step(model, inputs, num_items_in_batch)
 
 

@@ -13,6 +13,7 @@ from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.state import TrainerState
 from raytrainer.storage import join, read_text
 from tests.models import TokenData, assert_same_weights, make_model, weights
+from tests.support import die_once_committed
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 KILL_AT = 6
@@ -24,11 +25,8 @@ class DiesOnce(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         if (self.ctx.rank == 1 and self.state.global_step + 1 == KILL_AT and not os.path.exists(self.marker)):
-            checkpoint = join(self.args.output_dir, "checkpoint-4")
-            while not is_committed(checkpoint, self.args.storage_options):
-                time.sleep(0.05)  # die only after the first save is committed
-            open(self.marker, "w").close()
-            os._exit(1)
+            # die only after the first save is committed
+            die_once_committed(join(self.args.output_dir, "checkpoint-4"), self.marker, self.args.storage_options)
         return super().training_step(model, inputs, num_items_in_batch)
 
 

@@ -6,18 +6,17 @@ values."""
 import json
 import os
 import sys
-import time
 
 import pytest
 
 from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.checkpoint.listing import list_checkpoints
-from raytrainer.checkpoint.manifest import is_committed
 from raytrainer.errors import ConfigError
 from raytrainer.tune.hf_names import BestRun
 from raytrainer.tune.report import POINTER
 from raytrainer.tune.search import NO_MODEL_INIT, check_space, choose_backend, sample
 from tests.models import TokenData, make_model
+from tests.support import die_once_committed
 
 ray_tune = pytest.importorskip("ray.tune")
 from ray.tune import Callback  # noqa: E402
@@ -123,11 +122,7 @@ class WorkerDiesOnce(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         marker = os.path.join(os.path.dirname(self.args.output_dir), "worker-died")
         if self.args.learning_rate == 1e-2 and self.state.global_step + 1 == 3 and not os.path.exists(marker):
-            checkpoint = os.path.join(self.args.output_dir, "checkpoint-2")
-            while not is_committed(checkpoint, None):
-                time.sleep(0.05)
-            open(marker, "w").close()
-            os._exit(1)
+            die_once_committed(os.path.join(self.args.output_dir, "checkpoint-2"), marker)
         return super().training_step(model, inputs, num_items_in_batch)
 
 
