@@ -4,7 +4,7 @@
     python benchmarks/hosted.py                 # 3 pairs of 200 steps: ~3-4 min on 2 cores
     python benchmarks/hosted.py --steps 300 --pairs 5 --json /tmp/hosted.json
     python benchmarks/hosted.py --torchrun-alone  # Ray stopped while torchrun runs: ~5-6 min
-    python benchmarks/hosted.py --workers 1       # one rank: a core left for Ray's own processes
+    python benchmarks/hosted.py --workers 1       # one rank: launch runs a plain process, torchrun DDP of one
 
 The script (benchmarks/hosted_sft.py) stamps, on rank 0, its own start (before its imports), train begin and
 every step end. Ray and the worker group are started first by one untimed launch (its start-up is reported);
@@ -49,7 +49,7 @@ import common
 sys.path.insert(0, common.REPO_ROOT)
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosted_sft.py")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-WORKERS = 2  # ranks on each side (--workers): 1 leaves a core of 2 to Ray's own processes and the driver
+WORKERS = 2  # ranks on each side (--workers, set once by main)
 
 
 class ProcessCPU:
@@ -60,7 +60,6 @@ class ProcessCPU:
 
     def __init__(self, rank_marker: bytes, every_s: float = 1.0):
         self.rank_marker, self.every_s, self.samples, self.own_s = rank_marker, every_s, [], 0.0
-        self.ranks = WORKERS
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hosted-bench-cpu", daemon=True)
 
@@ -118,7 +117,7 @@ class ProcessCPU:
             return {"rank_cpu_ms": None, "other_cores": None}
         (t0, r0, o0, own0), (t1, r1, o1, own1) = inside[0], inside[-1]
         count = sum(1 for t in steps if t0 < t <= t1)
-        return {"rank_cpu_ms": 1000 * (r1 - r0) / self.ranks / max(count, 1),
+        return {"rank_cpu_ms": 1000 * (r1 - r0) / WORKERS / max(count, 1),
                 "other_cores": ((o1 - o0) - (own1 - own0)) / (t1 - t0)}
 
 
