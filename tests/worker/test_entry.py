@@ -1,6 +1,6 @@
 """worker/entry.py's answer to a RayActorError out of a job: the worker ends quietly when the job board's sink is
 gone (its driver died: Tune ended a trial's actor at a sweep's end), and raises when the sink still answers (the
-error was the user's own actor's). `sink_alive` decides which, on a real actor killed here."""
+error was the user's own actor's). `sink_alive` decides which, on a real actor whose process exits here."""
 
 import pytest
 
