@@ -26,13 +26,9 @@ pytest_plugins = ("tests.group_starts",)  # the worker groups each test starts, 
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-# A Ray started here (the session's, and every subprocess driver's embedded one, which inherit this) does not
-# prestart idle workers for its first driver: no test's actor took them (actors here carry a runtime env of
-# their own), and each cost about 1.5 CPU s to start and more idling; 23 were alive at a run's end.
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 # Every Ray started here (the session's, embedded ones in drivers, `ray start` clusters) keeps idle worker
-# processes and records no Ray metrics, as raytrainer's embedded Ray does (coordinator/cluster.py,
-# EMBEDDED_SYSTEM_CONFIG): Ray Data's passes reuse the processes instead of starting new ones
+# processes, prestarts none for its first driver and records no Ray metrics, as raytrainer's embedded Ray does
+# (coordinator/cluster.py, EMBEDDED_SYSTEM_CONFIG): Ray Data's passes reuse the processes instead of starting new ones
 # (test_ray_data_two_cpus.py: 112 and 100 CPU s without, 74 with). And no process reports task events (the
 # dashboard's task views, which no test reads): with the metrics, an idle Ray and 2-worker group used 0.153-0.157
 # core with both, 0.106 without; the suite keeps about a dozen Ray processes alive at any time.

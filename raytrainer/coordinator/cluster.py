@@ -27,7 +27,7 @@ def connect(address: str | None = None):
         return
     # Workers of an embedded Ray inherit this environment: let them import what the driver imports
     # (the script's folder and the current directory), so models defined in user modules unpickle there.
-    paths = [p for p in (os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0] or "."))) if p]
+    paths = [os.getcwd()] + _script_folder()
     existing = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + ([existing] if existing else [])))
     address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
@@ -50,6 +50,19 @@ def connect(address: str | None = None):
     filter_forwarded_logs()
 
 
+def _script_folder() -> list:
+    """The folder of the script this process runs, for the workers' PYTHONPATH; none under `python -m
+    raytrainer` (sys.argv[0] is raytrainer's own __main__.py: its folder on the path would make raytrainer's
+    modules importable as top-level `data`, `state`, `trainer`, ... in every worker) or the `raytrainer`
+    command (a folder of executables). `raytrainer launch` ships the launched script's own folder itself."""
+    script = os.path.abspath(sys.argv[0] or ".")
+    folder = os.path.dirname(script)
+    own_package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if folder == own_package or os.path.basename(script) == "raytrainer":
+        return []
+    return [folder]
+
+
 # What the Ray raytrainer starts changes of Ray's defaults (`ray.init(_system_config=...)`), each unless the user
 # set Ray's own variable for it (RAY_<name>, which Ray then reads itself):
 # - idle_worker_killing_time_threshold_ms: Ray kills a worker process idle this long once more are idle than it
@@ -63,7 +76,14 @@ def connect(address: str | None = None):
 #   node's agent. Nothing of raytrainer reads them (its metrics go through its own event sink), and an idle Ray
 #   with a 2-worker group used 0.153-0.157 core with them against 0.123-0.137 without, on a machine where each
 #   core is the training's. Ray's dashboard keeps its jobs, actors, logs and nodes.
-EMBEDDED_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 30_000, "enable_metrics_collection": False}
+# - prestart_worker_first_driver: Ray starts one idle worker process per CPU for the first driver. raytrainer's
+#   actors (the worker group's, Ray Train's, the event sink) carry a runtime env of their own and start their own
+#   processes, so the prestarted ones idled until killed, 30 s later (above): 2 CPU s more per Ray start and group
+#   (30 against 32 s of the whole machine's CPU for a start, a 2-worker launch and its end, 3 runs each), and two
+#   processes waking 150 times a second beside the training's first 30 s, which cost a 2-rank step on 2 cores
+#   about 1.6 % (benchmarks/ray_share.py). The group's first call takes ~0.4 s longer without them.
+EMBEDDED_SYSTEM_CONFIG = {"idle_worker_killing_time_threshold_ms": 30_000, "enable_metrics_collection": False,
+                          "prestart_worker_first_driver": False}
 
 
 def embedded_system_config() -> Dict[str, object]:

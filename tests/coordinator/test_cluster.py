@@ -95,13 +95,13 @@ def test_an_embedded_ray_keeps_idle_worker_processes_and_records_no_ray_metrics_
         monkeypatch.delenv(f"RAY_{name}", raising=False)
     cluster.connect("local")
     assert seen["_system_config"] == {"idle_worker_killing_time_threshold_ms": 30_000,
-                                      "enable_metrics_collection": False}
+                                      "enable_metrics_collection": False, "prestart_worker_first_driver": False}
     seen.clear()
     cluster.connect("127.0.0.1:6379")
     assert "_system_config" not in seen
     monkeypatch.setenv("RAY_idle_worker_killing_time_threshold_ms", "5000")
     cluster.connect("local")
-    assert seen["_system_config"] == {"enable_metrics_collection": False}
+    assert seen["_system_config"] == {"enable_metrics_collection": False, "prestart_worker_first_driver": False}
 
 
 def test_a_submitted_job_keeps_its_own_environment_variables(monkeypatch, ray_init_seen):
@@ -121,3 +121,27 @@ def test_a_submitted_job_keeps_its_own_environment_variables(monkeypatch, ray_in
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
     cluster.connect("127.0.0.1:6379")
     assert seen["runtime_env"]["env_vars"]["RAY_TRAIN_V2_ENABLED"] == "1"
+
+
+@pytest.mark.parametrize("argv0, folder_added", [("{tmp}/scripts/train.py", True), ("{pkg}/__main__.py", False),
+                                                 ("{tmp}/bin/raytrainer", False)])
+def test_the_workers_path_gets_the_scripts_folder_not_raytrainers_own(monkeypatch, ray_init_seen, tmp_path, argv0,
+                                                                      folder_added):
+    """A user's script's folder reaches the embedded Ray's workers (models defined beside it unpickle there);
+    under `python -m raytrainer` the folder of sys.argv[0] is raytrainer's package, which on the workers' path
+    would make its modules importable as top-level `data`, `state`, `trainer`; the `raytrainer` command's is a
+    folder of executables."""
+    import os
+    import sys
+
+    import raytrainer
+    from raytrainer.coordinator import cluster
+
+    script = argv0.format(tmp=tmp_path, pkg=os.path.dirname(raytrainer.__file__))
+    monkeypatch.setattr(sys, "argv", [script, "launch"])
+    monkeypatch.chdir(tmp_path)
+    cluster.connect("127.0.0.1:6379")
+    entries = os.environ["PYTHONPATH"].split(os.pathsep)
+    assert entries[0] == str(tmp_path)
+    assert (os.path.dirname(script) in entries) == folder_added
+    assert os.path.dirname(raytrainer.__file__) not in entries
