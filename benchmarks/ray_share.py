@@ -1,0 +1,227 @@
+"""What each part of Ray and of the hosted mode costs a running 2-rank job, measured inside one long run.
+
+    python benchmarks/ray_share.py                          # every freeze set and ablation: ~15 min on 2 cores
+    python benchmarks/ray_share.py --freeze all --freeze none --launcher torchrun   # ~4 min
+    python benchmarks/ray_share.py --ablate exchange --ablate none --json /tmp/share.json
+
+hosted.py compares separate runs, and on a host whose speed drifts 20-40 % within the hour its pairs spread
+from 0.79 to 1.31: a part that costs 1-5 % cannot be seen there. Here the comparison is inside one run of
+hosted_sft.py (1500 steps by default), in alternate windows, so that a drifting host weighs on both sides alike:
+
+  --freeze SET  Ray and the worker group started (and warm), then one run under `--launcher` (torchrun beside
+                that idle Ray, or `raytrainer launch` on the group) while every WINDOW_S seconds the processes of
+                SET are stopped (SIGSTOP) or let run again (SIGCONT): the steps inside stopped windows against
+                the steps inside running ones. SET: all (every process of Ray's but the ranks and this driver:
+                the raylet, GCS, dashboard, Ray Train's actors, the event sink), dashboard (its head, its module
+                processes and the node's agent), train (Ray Train's controller, its synchronization actor, Ray
+                Data's autoscaling coordinator), idle (Ray's idle worker processes), sink (raytrainer's event sink),
+                none (nothing stopped: the method's noise).
+  --ablate WHAT one `raytrainer launch` run of hosted_ablate.py, which switches a part of the rank's own per-step
+                work off in alternate blocks of steps (exchange, relay) or windows (park); none: the noise.
+
+Reported per set: the median (and mean) step inside the windows with the part present and with it stopped or
+off, their counts, and the ratio present / absent: what that part costs the step. Steps that straddle a window's
+edge (and the first 0.3 s after one) are left out. Ratios, not timings: nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import common
+import hosted
+import hosted_ablate as constants
+
+WINDOW_S = constants.WINDOW_S
+SETTLE_S = 0.3  # after a window's edge: a stopped process resumes, the ranks catch up
+ABLATE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosted_ablate.py")
+
+
+def _argv0(command: bytes) -> bytes:
+    return command.split(b"\0")[0]
+
+
+FREEZE_SETS = {
+    "all": lambda c: (b"ray::" in c and b"RayTrainWorker" not in c)
+    or _argv0(c).endswith((b"/raylet", b"/gcs_server"))
+    or any(m in c for m in (b"ray-dashboard", b"dashboard/dashboard.py", b"log_monitor",
+                            b"autoscaler/_private/monitor")),
+    "dashboard": lambda c: b"ray-dashboard" in c or b"dashboard/dashboard.py" in c or b"ray::DashboardAgent" in c,
+    "train": lambda c: any(m in c for m in (b"ray::TrainController", b"ray::SynchronizationActor",
+                                            b"ray::_AutoscalingCoordinatorActor")),
+    "idle": lambda c: b"ray::IDLE" in c,
+    "sink": lambda c: b"ray::EventSink" in c,
+    "none": lambda c: False,
+}
+
+
+def processes(belongs) -> list:
+    """The pids (other than this process) whose command line `belongs(cmdline)` says are in the set."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if belongs(command):
+            found.append(int(entry))
+    return found
+
+
+class Freezer:
+    """Stops and resumes `pids` every WINDOW_S seconds (after `delay_s`) in a thread; `windows`: (start, stopped)."""
+
+    def __init__(self, pids: list, delay_s: float = 8.0):
+        self.pids, self.delay_s, self.windows = pids, delay_s, []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ray-share-freezer", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self._signal(signal.SIGCONT)  # whatever happened, nothing of Ray's is left stopped
+
+    def _signal(self, sig):
+        for pid in self.pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:  # gone (an idle worker Ray ended)
+                pass
+
+    def _run(self):
+        if self._done.wait(self.delay_s):
+            return
+        stopped = False
+        while not self._done.is_set():
+            stopped = not stopped
+            self._signal(signal.SIGSTOP if stopped else signal.SIGCONT)
+            self.windows.append((time.time(), stopped))
+            self._done.wait(WINDOW_S)
+
+
+def split_by_windows(steps: list, windows: list) -> dict:
+    """Step durations inside windows where the part ran (False) or was stopped (True)."""
+    edges = [(start, windows[i + 1][0] if i + 1 < len(windows) else float("inf"), stopped)
+             for i, (start, stopped) in enumerate(windows)]
+    split = {False: [], True: []}
+    for begin, end in zip(steps, steps[1:]):
+        for start, stop, stopped in edges:
+            if begin >= start + SETTLE_S and end <= stop:
+                split[stopped].append(end - begin)
+                break
+    return split
+
+
+def split_by_blocks(steps: list) -> dict:
+    """Step durations in the blocks where the ablated part ran (False) or was off (True), as hosted_ablate.py
+    counts them: the n-th step's begin (n from 1) is in an off block when (n // BLOCK) is odd. The steps at a
+    block's edge are left out."""
+    split = {False: [], True: []}
+    for index in range(1, len(steps)):
+        n = index + 1  # steps[index] ends the (index + 1)-th step
+        if n % constants.BLOCK in (0, 1, constants.BLOCK - 1):
+            continue
+        split[(n // constants.BLOCK) % 2 == 1].append(steps[index] - steps[index - 1])
+    return split
+
+
+def split_by_park_windows(steps: list) -> dict:
+    """Step durations inside the wall-clock windows where the main thread was free (False) or parked (True)."""
+    split = {False: [], True: []}
+    for begin, end in zip(steps, steps[1:]):
+        window = int(begin // WINDOW_S)
+        if int(end // WINDOW_S) == window and begin - window * WINDOW_S >= SETTLE_S:
+            split[window % 2 == 0].append(end - begin)
+    return split
+
+
+def summary(name: str, split: dict) -> dict:
+    present, absent = split[False], split[True]
+    if len(present) < 20 or len(absent) < 20:
+        raise SystemExit(f"{name}: too few steps inside windows ({len(present)} and {len(absent)}): use more --steps")
+    result = {"set": name, "present_ms": 1000 * statistics.median(present),
+              "absent_ms": 1000 * statistics.median(absent), "present_mean_ms": 1000 * statistics.mean(present),
+              "absent_mean_ms": 1000 * statistics.mean(absent), "n_present": len(present), "n_absent": len(absent)}
+    result["ratio"] = result["present_ms"] / result["absent_ms"]
+    result["ratio_of_means"] = result["present_mean_ms"] / result["absent_mean_ms"]
+    print(f"[{name}] present / absent {result['ratio']:.3f} (means {result['ratio_of_means']:.3f})", flush=True)
+    return result
+
+
+def run_frozen(name: str, launcher: str, steps: int, root: str) -> dict:
+    pids = processes(FREEZE_SETS[name])
+    if name != "none" and not pids:
+        raise SystemExit(f"--freeze {name}: no such process running")
+    tag = f"freeze-{name}-{launcher}"
+    with Freezer(pids) as freezer:
+        figures = hosted.run_torchrun(steps, root) if launcher == "torchrun" else hosted.run_launch(steps, root, tag)
+    stamps = os.path.join(root, "torchrun.json" if launcher == "torchrun" else f"{tag}.json")
+    with open(stamps) as f:
+        split = split_by_windows(json.load(f)["steps"], freezer.windows)
+    result = summary(f"freeze {name} ({launcher}, {len(pids)} processes)", split)
+    return {**result, "steady_step_ms": figures["steady_step_ms"]}
+
+
+def run_ablated(what: str, steps: int, root: str) -> dict:
+    import raytrainer
+
+    tag = f"ablate-{what}"
+    stamps = os.path.join(root, f"{tag}.json")
+    raytrainer.launch(ABLATE_SCRIPT, ["--ablate", what, "--output_dir", os.path.join(root, tag), "--max_steps",
+                                      str(steps), "--stamps", stamps], num_workers=hosted.WORKERS, disable_tqdm=True,
+                      resume=False)
+    with open(stamps) as f:
+        done = json.load(f)["steps"]
+    split = split_by_park_windows(done) if what == "park" else split_by_blocks(done)
+    return summary(f"ablate {what} (launch)", split)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--freeze", action="append", choices=tuple(FREEZE_SETS), default=[])
+    parser.add_argument("--ablate", action="append", choices=("exchange", "relay", "park", "none"), default=[])
+    parser.add_argument("--launcher", choices=("launch", "torchrun"), default="launch",
+                        help="what runs while a --freeze set is stopped and resumed (default: raytrainer launch)")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--json")
+    options = parser.parse_args()
+    if not options.freeze and not options.ablate:
+        options.freeze, options.ablate = ["all", "dashboard", "train", "sink", "none"], ["exchange", "relay", "park",
+                                                                                        "none"]
+    results = []
+    with tempfile.TemporaryDirectory() as root:
+        ray_s = hosted.start_ray()
+        hosted.run_launch(5, root, "warm")  # the group started: its processes are among the sets
+        for name in options.freeze:
+            results.append(run_frozen(name, options.launcher, options.steps, root))
+        for what in options.ablate:
+            results.append(run_ablated(what, options.steps, root))
+    rows = [[r["set"], common.fmt(r["present_ms"]), common.fmt(r["absent_ms"]), r["n_present"], r["n_absent"],
+             common.fmt(r["ratio"]), common.fmt(r["ratio_of_means"])] for r in results]
+    common.print_table(f"What a part costs a {hosted.WORKERS}-rank hosted_sft.py step, inside one run each "
+                       f"({options.steps} steps; Ray start {ray_s:.1f} s)",
+                       ["part", "present_ms", "absent_ms", "n_present", "n_absent", "present/absent",
+                        "of means"], rows,
+                       notes=["present / absent > 1: what the part costs the step; `none`'s distance from 1 is the "
+                              "method's noise"])
+    common.write_json(options.json, {"machine": common.machine_info(), "steps": options.steps, "window_s": WINDOW_S,
+                                     "block": constants.BLOCK, "results": results, "ray_start_s": ray_s})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
