@@ -12,6 +12,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -339,6 +340,26 @@ def print_table(title: str, headers: List[str], rows: List[List], notes: Sequenc
     for note in notes:
         print(f"  {note}")
     sys.stdout.flush()
+
+
+class BackgroundThread:
+    """A `with` block during which `self._run()` works in a daemon thread; `self._done` is set when the block
+    ends (the thread's loop waits on it), and the block's end joins the thread."""
+
+    def __init__(self, name: str):
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
 
 
 def machine_info() -> dict:

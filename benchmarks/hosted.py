@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import common
@@ -52,24 +51,15 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 WORKERS = 2  # ranks on each side (--workers, set once by main)
 
 
-class ProcessCPU:
+class ProcessCPU(common.BackgroundThread):
     """CPU seconds of every process this one started (children of children included), sampled every
     `every_s` in a thread: the ranks (the processes whose command line holds `rank_marker`: the script's path
     under torchrun, RayTrainWorker under Ray; an idle worker group beside torchrun is among the others) apart
     from the others. The sampler's own CPU is counted apart so that it can be taken out of this process's."""
 
     def __init__(self, rank_marker: bytes, every_s: float = 1.0):
+        super().__init__("hosted-bench-cpu")
         self.rank_marker, self.every_s, self.samples, self.own_s = rank_marker, every_s, [], 0.0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hosted-bench-cpu", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._done.set()
-        self._thread.join()
 
     def _run(self):
         while not self._done.is_set():

@@ -33,7 +33,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 import common
@@ -79,21 +78,15 @@ def processes(belongs) -> list:
     return found
 
 
-class Freezer:
+class Freezer(common.BackgroundThread):
     """Stops and resumes `pids` every WINDOW_S seconds (after `delay_s`) in a thread; `windows`: (start, stopped)."""
 
     def __init__(self, pids: list, delay_s: float = 8.0):
+        super().__init__("ray-share-freezer")
         self.pids, self.delay_s, self.windows = pids, delay_s, []
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ray-share-freezer", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
 
     def __exit__(self, *exc):
-        self._done.set()
-        self._thread.join()
+        super().__exit__(*exc)
         self._signal(signal.SIGCONT)  # whatever happened, nothing of Ray's is left stopped
 
     def _signal(self, sig):
