@@ -37,9 +37,9 @@ import time
 
 import common
 import hosted
-import hosted_ablate as constants
+import hosted_ablate
 
-WINDOW_S = constants.WINDOW_S
+WINDOW_S = hosted_ablate.WINDOW_S
 SETTLE_S = 0.3  # after a window's edge: a stopped process resumes, the ranks catch up
 ABLATE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosted_ablate.py")
 
@@ -127,20 +127,17 @@ def split_by_blocks(steps: list) -> dict:
     split = {False: [], True: []}
     for index in range(1, len(steps)):
         n = index + 1  # steps[index] ends the (index + 1)-th step
-        if n % constants.BLOCK in (0, 1, constants.BLOCK - 1):
+        if n % hosted_ablate.BLOCK in (0, 1, hosted_ablate.BLOCK - 1):
             continue
-        split[(n // constants.BLOCK) % 2 == 1].append(steps[index] - steps[index - 1])
+        split[(n // hosted_ablate.BLOCK) % 2 == 1].append(steps[index] - steps[index - 1])
     return split
 
 
-def split_by_park_windows(steps: list) -> dict:
-    """Step durations inside the wall-clock windows where the main thread was free (False) or parked (True)."""
-    split = {False: [], True: []}
-    for begin, end in zip(steps, steps[1:]):
-        window = int(begin // WINDOW_S)
-        if int(end // WINDOW_S) == window and begin - window * WINDOW_S >= SETTLE_S:
-            split[window % 2 == 0].append(end - begin)
-    return split
+def clock_windows(steps: list) -> list:
+    """hosted_ablate.py's park windows over the run's steps, as split_by_windows takes them: WINDOW_S seconds of
+    wall-clock time each, the main thread parked (the part absent) in the even ones."""
+    first, last = int(steps[0] // WINDOW_S), int(steps[-1] // WINDOW_S)
+    return [(k * WINDOW_S, k % 2 == 0) for k in range(first, last + 1)]
 
 
 def summary(name: str, split: dict) -> dict:
@@ -180,7 +177,7 @@ def run_ablated(what: str, steps: int, root: str) -> dict:
                       resume=False)
     with open(stamps) as f:
         done = json.load(f)["steps"]
-    split = split_by_park_windows(done) if what == "park" else split_by_blocks(done)
+    split = split_by_windows(done, clock_windows(done)) if what == "park" else split_by_blocks(done)
     return summary(f"ablate {what} (launch)", split)
 
 
@@ -213,7 +210,7 @@ def main():
                        notes=["present / absent > 1: what the part costs the step; `none`'s distance from 1 is the "
                               "method's noise"])
     common.write_json(options.json, {"machine": common.machine_info(), "steps": options.steps, "window_s": WINDOW_S,
-                                     "block": constants.BLOCK, "results": results, "ray_start_s": ray_s})
+                                     "block": hosted_ablate.BLOCK, "results": results, "ray_start_s": ray_s})
 
 
 if __name__ == "__main__":
