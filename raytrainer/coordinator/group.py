@@ -84,6 +84,7 @@ def _group_trainer_class(keeps_cleaner: bool):
       the placement groups with it. A Trainer inside a Ray actor or task (a Tune trial, which Tune kills at the
       end of a sweep) can die with its controller and leave the job running: there the cleaner stays.
     """
+    import ray
     from ray.train.v2._internal.callbacks import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
@@ -93,6 +94,36 @@ def _group_trainer_class(keeps_cleaner: bool):
     class GroupTrainer(DataParallelTrainer):
         def _create_default_callbacks(self):
             return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, dropped)]
+
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            """Ray Train's own (data_parallel_trainer.py), but the controller is killed once its result is read,
+            while this handle still holds it. Left to Ray Train, the controller exits when its last handle goes:
+            Ray's graceful actor exit, whose core-worker teardown can deadlock on its own publisher (Ray 2.60:
+            `~CoreWorkerProcessImpl` -> `Publisher::~Publisher` posting to the io_context it is shutting down),
+            leaving a 200 MB `ray::TrainController` process behind for as long as the machine runs. `ray.kill`
+            is a forced exit without that teardown. The group's fit() runs in a thread of its own, so Ray Train's
+            Ctrl-C handler (main thread only) is not registered here either."""
+            from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+            from ray.train.v2._internal.constants import (
+                DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+                get_env_vars_to_propagate,
+            )
+            from ray.train.v2._internal.execution.controller import TrainController
+
+            env_vars = get_env_vars_to_propagate()
+            env_vars.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+                                DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
+            here = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}  # the driver's node
+            controller = ray.remote(num_cpus=0, label_selector=here, runtime_env={"env_vars": env_vars})(
+                TrainController).remote(**controller_init_kwargs)
+            try:
+                ray.get(controller.run.remote())
+                return ray.get(controller.get_result.remote())
+            finally:
+                try:
+                    ray.kill(controller)
+                except Exception:  # noqa: BLE001 (Ray shut down under the group: nothing left to kill)
+                    pass
 
     return GroupTrainer
 
@@ -170,10 +201,9 @@ class WorkerGroup:
             self._remove_orphaned_placement_group()
             if not self.closing:
                 return  # the driver may still read the job's last events from the sink
-        # The board closed (close(), idle timeout): every worker has returned. Ray Train's controller actor may
-        # outlive fit() (the sink holds its handle, pickled): kill both, so no actor of the group is left.
+        # The board closed (close(), idle timeout): every worker has returned, and the controller was killed as
+        # fit() returned or raised (GroupTrainer): the sink is the group's last actor.
         self.closing = True
-        self._abort()
         self._kill_sink()
 
     @property

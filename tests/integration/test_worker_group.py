@@ -86,6 +86,13 @@ def our_actors() -> list:
             if a["State"] == "ALIVE" and a["ActorClassName"] in OURS]
 
 
+def death_message(actor_id: str) -> str:
+    """Why Ray says a dead actor died (its actor table's death cause)."""
+    import ray._private.state
+
+    return ray._private.state.actors(actor_id)["DeathCause"].actor_died_error_context.error_message
+
+
 def wait_until_no_actor_of_ours(timeout_s: float = 30.0, among=our_actors) -> list:
     deadline = time.monotonic() + timeout_s
     while (left := among()) and time.monotonic() < deadline:
@@ -189,7 +196,10 @@ def test_a_busy_group_refuses_the_next_call_and_the_idle_timeout(tmp_path, caplo
     args = TrainingArguments(**options(tmp_path / "a", num_workers=1, worker_idle_timeout_s=2))
     with Trainer(model=make_model(), args=args, eval_dataset=FixedLength(16, seed=1)) as trainer:
         assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
+        released = ActorsOf(trainer._group).controller
         assert wait_until_no_actor_of_ours(among=others) == []  # released after 2 s without a call
+        # Killed, not left to exit when its last handle went: Ray's graceful exit can hang (group.py).
+        assert "killed by `ray.kill`" in death_message(released)
         args.worker_idle_timeout_s = 0  # 0: a group per call, released at its end
         with caplog.at_level(logging.WARNING, logger="raytrainer"):
             assert trainer.evaluate()["eval_loss"] == pytest.approx(expected, rel=1e-6)
