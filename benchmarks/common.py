@@ -266,7 +266,7 @@ def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: 
     by someone else). raytrainer reuses an initialised Ray as it is. `root`: where the workers import
     raytrainer from (another checkout, to measure its code). `dashboard`: for `ray.util.state`. `address`: a
     running Ray to join instead, named on purpose (the test suite's, for a smoke run whose figures mean
-    nothing); its state API is the one RAY_API_SERVER_ADDRESS names, if set. Returns the seconds it took."""
+    nothing). Returns the seconds it took."""
     import ray
 
     t0 = time.perf_counter()
@@ -276,8 +276,7 @@ def start_ray(num_cpus: Optional[int] = None, root: str = REPO_ROOT, dashboard: 
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([here, root] + ([existing] if existing else [])))
     env_vars = {"RAY_TRAIN_V2_ENABLED": "1"}
     if address:
-        state_api = {k: os.environ[k] for k in ("RAY_API_SERVER_ADDRESS",) if os.environ.get(k)}
-        ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": {**env_vars, **state_api}})
+        ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars})
     else:  # with the changes of Ray's defaults that raytrainer's embedded Ray makes (idle workers, no metrics)
         from raytrainer.coordinator.cluster import embedded_system_config
 

@@ -51,7 +51,6 @@ torch.set_num_threads(1)
 SINGLE_NODE = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
-_STATE_API: dict = {}  # RAY_API_SERVER_ADDRESS of the session's Ray, for drivers that join it
 SUBPROCESS_WORKERS = 2  # what a driver that joins the session's Ray asks for
 
 
@@ -141,17 +140,13 @@ def ray_session():
     """A local Ray with SESSION_CPUS logical CPUs, for the whole suite."""
     import ray
 
-    from raytrainer.coordinator.cluster import connect, own_state_api
+    from raytrainer.coordinator.cluster import connect
 
     if not ray.is_initialized():
-        # address="local": always a new instance, never a cluster another test or script started here. With
-        # its own dashboard, named to its processes: Ray Train's placement-group cleaner asks a state API
-        # whether the controller lives, and would otherwise ask the `ray start` cluster of another test
-        # (coordinator/cluster.py, own_state_api).
-        port, state_api = own_state_api()
-        _STATE_API.update(state_api)
-        ray.init(address="local", num_cpus=SESSION_CPUS, dashboard_port=port, logging_level="WARNING",
-                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **SINGLE_NODE, **state_api}})
+        # address="local": always a new instance, never a cluster another test or script started here. Without
+        # a dashboard, as the Ray raytrainer starts (coordinator/cluster.py).
+        ray.init(address="local", num_cpus=SESSION_CPUS, include_dashboard=False, logging_level="WARNING",
+                 runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", **SINGLE_NODE}})
     connect()  # reuses the running instance
     yield ray
     from raytrainer.coordinator import holders
@@ -172,7 +167,7 @@ def join_session_ray(ray_session):
     env = {k: v for k, v in os.environ.items() if k != "RAYTRAINER_VERBOSE"}
     # The session's Ray is one node: its drivers' groups need no node-drain watcher (connect() passes the switch on
     # to Ray Train's controller, as for a cluster a user joins).
-    env.update(RAY_ADDRESS=ray_session.get_runtime_context().gcs_address, **_STATE_API, **SINGLE_NODE)
+    env.update(RAY_ADDRESS=ray_session.get_runtime_context().gcs_address, **SINGLE_NODE)
     return env
 
 

@@ -33,20 +33,21 @@ def connect(address: str | None = None):
     address = address or os.environ.get("RAY_ADDRESS") or _running_local_cluster()
     quiet_driver()
     env_vars, started = {"RAY_TRAIN_V2_ENABLED": "1"}, {}
-    if address == "local":  # a new Ray: its own state API for Ray Train's placement-group cleaner (below)
-        port, own = own_state_api()
-        env_vars, started = {**env_vars, **own}, {"dashboard_port": port, "_system_config": embedded_system_config()}
+    if address == "local":  # a new Ray
+        started = {"_system_config": embedded_system_config(), "include_dashboard": dashboard_wanted()}
         # One node, which nothing drains: Ray Train's node-drain watcher (an actor per group start) has nothing
         # to watch. Preemption by SIGTERM does not use it. A value the user set is kept.
         env_vars[PREEMPTION_WATCHER_ENV] = os.environ.get(PREEMPTION_WATCHER_ENV, "0")
-    else:  # a cluster joined: the state API the user named is its, not the machine's last `ray start` cluster
-        # (below); and the watcher's switch, which Ray Train reads in the controller, not in this process.
-        env_vars.update({k: os.environ[k] for k in (API_SERVER_ENV, PREEMPTION_WATCHER_ENV) if os.environ.get(k)})
+    elif os.environ.get(PREEMPTION_WATCHER_ENV):  # a cluster joined: Ray Train reads the watcher's switch in
+        env_vars[PREEMPTION_WATCHER_ENV] = os.environ[PREEMPTION_WATCHER_ENV]  # the controller, not here
     # Under `ray job submit` (and KubeRay's RayJob) Ray merges the job's runtime env with ours and refuses the
     # same variable named in both: the job's value is kept, ours left out.
     job_env = _job_env_vars()
     env_vars = {key: value for key, value in env_vars.items() if key not in job_env}
-    ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars}, **started)
+    context = ray.init(address=address, logging_level=logging.WARNING, runtime_env={"env_vars": env_vars},
+                       **started)
+    if started.get("include_dashboard") and context.dashboard_url:
+        logging.getLogger("raytrainer").warning("Ray's dashboard: http://%s", context.dashboard_url)
     filter_forwarded_logs()
 
 
@@ -105,27 +106,17 @@ def _job_env_vars() -> dict:
     return dict(runtime_env.get("env_vars") or {}) if isinstance(runtime_env, dict) else {}
 
 
-# Ray Train's placement-group cleaner (a detached actor of every run) asks the state API whether the run's
-# controller is alive, and removes the group's placement group when it is not. It finds that API as any Ray
-# CLI does: RAY_API_SERVER_ADDRESS, else RAY_ADDRESS, else the cluster `ray start` last recorded on this
-# machine (/tmp/ray/ray_current_cluster), else the only Ray running here. On a machine with several Rays (a
-# `ray start` cluster beside this process's own, other users', a test suite's), that is another cluster's
-# dashboard: it answers "no such actor", the live controller is taken for dead and the group torn down, a
-# failure for nothing. (With include_dashboard=False this Ray serves no state API at all.) So a Ray started
-# here keeps its dashboard on a port chosen now, and its processes are pointed at it.
-API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
 PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+# Ray's dashboard for a Ray started here: off unless RAYTRAINER_DASHBOARD=1. Nothing of raytrainer's or Ray
+# Train's reads it (the placement-group cleaner of a Tune trial asks the GCS: cleaner.py), and it is 10 of an
+# idle embedded Ray's 19 processes: 1.5 CPU s at each start (4.7-4.8 against 3.3 s over a start and its first
+# 15 s, 2 runs each), 0.02-0.025 core while idle, and 1.6 % of a 2-rank hosted step on 2 cores by its
+# wake-ups (benchmarks/ray_share.py). A cluster started with `ray start --head` keeps its own.
+DASHBOARD_ENV = "RAYTRAINER_DASHBOARD"
 
 
-def own_state_api() -> Tuple[int, Dict[str, str]]:
-    """A dashboard port free now, and the environment that points this Ray's processes (the cleaner) at it:
-    `ray.init(address="local", dashboard_port=port, runtime_env={"env_vars": {..., **env}})`."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return port, {API_SERVER_ENV: f"http://127.0.0.1:{port}"}
+def dashboard_wanted() -> bool:
+    return os.environ.get(DASHBOARD_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _running_local_cluster() -> str:

@@ -77,23 +77,28 @@ def _group_trainer_class(keeps_cleaner: bool):
 
     - The DatasetsCallback starts a DatasetManager actor for every worker group, datasets or not, to split the
       datasets given to TorchTrainer; ours are not given to it (each job splits its own, data/ray_data.py).
-    - The cleaner is a detached actor that asks Ray's state API each second whether the controller lives, and
-      removes the group's placement group once it does not: a placement group made by an actor is the Ray
-      job's, and outlives a controller that dies without removing it. A driver process does that itself
+    - The cleaner is a detached actor that asks each second whether the controller lives, and removes the
+      group's placement group once it does not: a placement group made by an actor is the Ray job's, and
+      outlives a controller that dies without removing it. A driver process does that itself
       (`WorkerGroup._remove_orphaned_placement_group`), and when the driver process dies its Ray job ends,
       the placement groups with it. A Trainer inside a Ray actor or task (a Tune trial, which Tune kills at the
-      end of a sweep) can die with its controller and leave the job running: there the cleaner stays.
+      end of a sweep) can die with its controller and leave the job running: there a cleaner stays, ours,
+      which asks Ray's GCS instead of the dashboard's state API (cleaner.py).
     """
     import ray
     from ray.train.v2._internal.callbacks import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    dropped = (DatasetsCallback,) if keeps_cleaner else (DatasetsCallback, PlacementGroupCleanerCallback)
+    from .cleaner import GcsCleanerCallback
+
+    dropped = (DatasetsCallback,) if keeps_cleaner else (DatasetsCallback, GcsCleanerCallback)
 
     class GroupTrainer(DataParallelTrainer):
         def _create_default_callbacks(self):
-            return [cb for cb in super()._create_default_callbacks() if not isinstance(cb, dropped)]
+            callbacks = [GcsCleanerCallback() if isinstance(cb, PlacementGroupCleanerCallback) else cb
+                         for cb in super()._create_default_callbacks()]
+            return [cb for cb in callbacks if not isinstance(cb, dropped)]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
             """Ray Train's own (data_parallel_trainer.py), but the controller is killed once its result is read,

@@ -2,6 +2,7 @@
 stale address (a cluster killed without `ray stop`) must not make the driver wait for a dead GCS."""
 
 import socket
+from types import SimpleNamespace
 
 import pytest
 import ray._private.utils
@@ -39,27 +40,29 @@ def ray_init_seen(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs) or SimpleNamespace(dashboard_url=None))
     monkeypatch.setattr(cluster, "filter_forwarded_logs", lambda: None)
     monkeypatch.setattr(cluster, "quiet_driver", lambda: None)
     monkeypatch.setenv("PYTHONPATH", "")
     return seen
 
 
-def test_a_joined_cluster_gets_the_state_api_the_driver_names(monkeypatch, ray_init_seen):
-    """RAY_API_SERVER_ADDRESS reaches the job's processes (Ray Train's placement-group cleaner asks it whether
-    the controller lives), instead of their falling back to the machine's last `ray start` cluster."""
+def test_an_embedded_ray_starts_without_its_dashboard_unless_the_user_asks(monkeypatch, ray_init_seen):
+    """Nothing of raytrainer's reads the dashboard (Tune trials' placement-group cleaner asks the GCS:
+    cleaner.py): the Ray raytrainer starts leaves it out unless RAYTRAINER_DASHBOARD=1; a joined cluster keeps
+    what it has (a driver that joins starts no dashboard either way)."""
     from raytrainer.coordinator import cluster
 
     seen = ray_init_seen
-    monkeypatch.setenv(cluster.API_SERVER_ENV, "http://127.0.0.1:8265")
+    monkeypatch.delenv(cluster.DASHBOARD_ENV, raising=False)
+    cluster.connect("local")
+    assert seen["include_dashboard"] is False
+    monkeypatch.setenv(cluster.DASHBOARD_ENV, "1")
+    cluster.connect("local")
+    assert seen["include_dashboard"] is True
+    seen.clear()
     cluster.connect("127.0.0.1:6379")
-    assert seen["address"] == "127.0.0.1:6379"
-    assert seen["runtime_env"]["env_vars"][cluster.API_SERVER_ENV] == "http://127.0.0.1:8265"
-
-    monkeypatch.delenv(cluster.API_SERVER_ENV)
-    cluster.connect("127.0.0.1:6379")  # nothing named: Ray's own lookup, as before
-    assert cluster.API_SERVER_ENV not in seen["runtime_env"]["env_vars"]
+    assert seen["address"] == "127.0.0.1:6379" and "include_dashboard" not in seen
 
 
 def test_an_embedded_ray_runs_no_node_drain_watcher_unless_the_user_asks(monkeypatch, ray_init_seen):
@@ -115,9 +118,9 @@ def test_a_submitted_job_keeps_its_own_environment_variables(monkeypatch, ray_in
     seen = ray_init_seen
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(
         {"runtime_env": {"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", "HF_HOME": "/tmp/hf"}}}))
-    monkeypatch.setenv(cluster.API_SERVER_ENV, "http://127.0.0.1:8265")
+    monkeypatch.setenv(cluster.PREEMPTION_WATCHER_ENV, "1")
     cluster.connect("127.0.0.1:6379")
-    assert seen["runtime_env"]["env_vars"] == {cluster.API_SERVER_ENV: "http://127.0.0.1:8265"}
+    assert seen["runtime_env"]["env_vars"] == {cluster.PREEMPTION_WATCHER_ENV: "1"}
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
     cluster.connect("127.0.0.1:6379")
     assert seen["runtime_env"]["env_vars"]["RAY_TRAIN_V2_ENABLED"] == "1"

@@ -1,8 +1,8 @@
 """Which of Ray Train's default callbacks a worker group starts with (coordinator/group.py): never the
-DatasetsCallback's DatasetManager actor, and Ray Train's placement-group cleaner only where the Trainer runs
-inside a Ray actor or task (a Tune trial), whose process Ray can kill while its Ray job goes on; a driver
-process removes an orphaned placement group itself (tests/integration/test_worker_group.py kills a
-controller to show it)."""
+DatasetsCallback's DatasetManager actor, and a placement-group cleaner (ours: tests/coordinator/test_cleaner.py)
+only where the Trainer runs inside a Ray actor or task (a Tune trial), whose process Ray can kill while its Ray
+job goes on; a driver process removes an orphaned placement group itself (tests/integration/test_worker_group.py
+kills a controller to show it)."""
 
 import subprocess
 import sys
@@ -15,17 +15,26 @@ from raytrainer.coordinator.group import _group_trainer_class, driver_is_a_ray_w
 from raytrainer.coordinator.torch_backend import GroupTorchBackend, GroupTorchConfig
 
 
+def _ray_trains_callbacks() -> list:
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    return DataParallelTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=1))._create_default_callbacks()
+
+
 def default_callbacks(keeps_cleaner: bool) -> list:
     trainer = _group_trainer_class(keeps_cleaner)(lambda: None, scaling_config=ScalingConfig(num_workers=1))
     return [type(callback).__name__ for callback in trainer._create_default_callbacks()]
 
 
-def test_the_cleaner_only_where_kept_and_never_the_datasets_callback():
+def test_the_cleaner_only_where_kept_ours_in_ray_trains_place_and_never_the_datasets_callback():
     kept, left_out = default_callbacks(True), default_callbacks(False)
-    assert "PlacementGroupCleanerCallback" in kept and "PlacementGroupCleanerCallback" not in left_out
+    rays = [type(c).__name__ for c in _ray_trains_callbacks()]
+    # Where kept, ours (asking the GCS: coordinator/cleaner.py) stands where Ray Train puts its own.
+    assert kept.index("GcsCleanerCallback") == rays.index("PlacementGroupCleanerCallback")
+    assert "GcsCleanerCallback" not in left_out and "PlacementGroupCleanerCallback" not in kept + left_out
     assert "DatasetsCallback" not in kept + left_out
     # Everything else Ray Train sets up stays: devices, the process group, the working directory.
-    assert [c for c in kept if c != "PlacementGroupCleanerCallback"] == left_out
+    assert [c for c in kept if c != "GcsCleanerCallback"] == left_out
     assert {"AcceleratorSetupCallback", "BackendSetupCallback"} <= set(left_out)
 
 

@@ -20,7 +20,6 @@ import numpy as np
 import ray
 
 from raytrainer import Trainer, TrainingArguments
-from raytrainer.coordinator.cluster import own_state_api
 from tests.models import VOCAB, make_model
 
 ROWS = 203
@@ -57,10 +56,8 @@ def train(out: str, name: str, dataset, **overrides):
 
 def main(out: str):
     # As raytrainer's own embedded Ray (coordinator/cluster.py), with 2 CPUs whatever this machine has.
-    port, state_api = own_state_api()
-    ray.init(address="local", num_cpus=2, dashboard_port=port, logging_level="WARNING",
-             runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-                                       **state_api}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"RAY_TRAIN_V2_ENABLED": "1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}})
     tokens = tokenize({"idx": np.arange(ROWS)})
     train(out, "padded", ray.data.from_items([{k: v[i] for k, v in tokens.items()} for i in range(ROWS)]))
     ids = ray.data.from_items([{"idx": i} for i in range(ROWS)])
