@@ -1,5 +1,6 @@
 """Small helpers the test modules share: the repository root, the session Ray's CPUs, free ports on loopback, a
-driver callback that records the logs and evaluations it hears, a worker that dies once a checkpoint commits."""
+poll until a condition holds, a driver callback that records the logs and evaluations it hears, a worker that
+dies once a checkpoint commits."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ def free_ports(n: int = 1) -> list:
 
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+def wait_for(condition, timeout_s: float = 5.0, every_s: float = 0.01) -> bool:
+    """Whether `condition()` came true within `timeout_s` (polled every `every_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
+    return True
 
 
 def logs_and_evaluations_recorder():

@@ -9,13 +9,7 @@ from raytrainer import Trainer, TrainingArguments
 from raytrainer.startup import Startup
 from raytrainer.startup_line import StartupLine
 from tests.models import TokenData, make_model
-
-
-def wait_for(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+from tests.support import wait_for
 
 
 def test_on_a_terminal_one_line_redrawn_with_the_phase_then_cleared_at_the_first_event():
@@ -25,7 +19,7 @@ def test_on_a_terminal_one_line_redrawn_with_the_phase_then_cleared_at_the_first
             startup.driver.mark(name)
         startup.group = "new"
         startup.driver.mark("sink start")
-        wait_for(lambda: "starting the workers" in out.getvalue())
+        assert wait_for(lambda: "starting the workers" in out.getvalue())
         startup.on_event({"kind": "train_begin"})  # the run's first event: the progress bar's turn
         shown = out.getvalue()
         time.sleep(0.05)

@@ -7,14 +7,21 @@ import time
 
 import pytest
 
+from tests.support import wait_for
+
 NOTHING_ANSWERS = {"RAY_API_SERVER_ADDRESS": "http://127.0.0.1:9", "RAY_ADDRESS": "http://127.0.0.1:9"}
 
 
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return predicate()
+class Idle:
+    def ready(self):
+        return True
+
+
+def live_actor(ray):
+    """An actor that stands for a run's controller: alive until killed."""
+    actor = ray.remote(num_cpus=0)(Idle).remote()
+    ray.get(actor.ready.remote())
+    return actor
 
 
 def test_the_cleaner_keeps_a_live_controllers_placement_group_and_removes_a_dead_ones(ray_session):
@@ -23,13 +30,7 @@ def test_the_cleaner_keeps_a_live_controllers_placement_group_and_removes_a_dead
 
     from raytrainer.coordinator.cleaner import GcsPlacementGroupCleaner
 
-    @ray.remote(num_cpus=0)
-    class Controller:
-        def ready(self):
-            return True
-
-    controller = Controller.remote()
-    ray.get(controller.ready.remote())
+    controller = live_actor(ray)
     group = placement_group([{"CPU": 0.01}])
     ray.get(group.ready(), timeout=60)
     cleaner = ray.remote(num_cpus=0)(GcsPlacementGroupCleaner).options(
@@ -43,7 +44,7 @@ def test_the_cleaner_keeps_a_live_controllers_placement_group_and_removes_a_dead
     time.sleep(2)  # ten checks of a live controller
     assert state() == "CREATED"
     ray.kill(controller)
-    assert wait_for(lambda: state() == "REMOVED", 30)
+    assert wait_for(lambda: state() == "REMOVED", 30, every_s=0.2)
     with pytest.raises(ray.exceptions.RayActorError):  # its work done, the cleaner ends itself
         ray.get(cleaner.start_monitoring.remote(), timeout=30)
 
@@ -51,12 +52,6 @@ def test_the_cleaner_keeps_a_live_controllers_placement_group_and_removes_a_dead
 def test_an_unknown_actor_is_not_alive_and_a_live_one_is(ray_session):
     from raytrainer.coordinator.cleaner import controller_alive
 
-    @ray_session.remote(num_cpus=0)
-    class Alive:
-        def ready(self):
-            return True
-
-    alive = Alive.remote()
-    ray_session.get(alive.ready.remote())
+    alive = live_actor(ray_session)
     assert controller_alive(alive._actor_id.hex())
     assert not controller_alive("f" * 32)
