@@ -76,7 +76,7 @@ def _script_folder() -> list:
 # - enable_metrics_collection: every Ray process records and exports Ray's own metrics (for Prometheus) to the
 #   node's agent. Nothing of raytrainer reads them (its metrics go through its own event sink), and an idle Ray
 #   with a 2-worker group used 0.153-0.157 core with them against 0.123-0.137 without, on a machine where each
-#   core is the training's. Ray's dashboard keeps its jobs, actors, logs and nodes.
+#   core is the training's.
 # - prestart_worker_first_driver: Ray starts one idle worker process per CPU for the first driver. raytrainer's
 #   actors (the worker group's, Ray Train's, the event sink) carry a runtime env of their own and start their own
 #   processes, so the prestarted ones idled until killed, 30 s later (above): 2 CPU s more per Ray start and group
