@@ -24,6 +24,7 @@ from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.cli.commands import main as raytrainer_main
 from tests.hosted.plain_script import Rows, save_results, stops_arguments, tiny_llama
 from tests.hosted.test_launch_on_ray import assert_same_run
+from tests.support import wait_for
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stops_script.py")
 STEPS = 10
@@ -40,10 +41,8 @@ def script_args(output_dir: str, results: str, *extra: str) -> list:
 def ctrl_c_once(marker):
     """SIGINT to this process (the driver's handler, coordinator/pump.py, takes it) once `marker` exists."""
     def send():
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if marker.exists():  # else the run failed before the pause: the test's assertions say how
+        # Not there in 120 s: the run failed before the pause, and the test's assertions say how.
+        if wait_for(marker.exists, 120, every_s=0.05):
             os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=send, daemon=True).start()

@@ -8,7 +8,6 @@ the same calls in the driver process. How long the calls take is measured in ben
 import logging
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from raytrainer import Trainer, TrainerCallback, TrainingArguments
 from raytrainer.coordinator.pump import TrainingError
 from raytrainer.errors import ConfigError
 from tests.models import VOCAB, TokenData, assert_same_weights, make_model, weights
-from tests.support import SESSION_CPUS
+from tests.support import SESSION_CPUS, wait_for
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -94,10 +93,8 @@ def death_message(actor_id: str) -> str:
 
 
 def wait_until_no_actor_of_ours(timeout_s: float = 30.0, among=our_actors) -> list:
-    deadline = time.monotonic() + timeout_s
-    while (left := among()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return left
+    wait_for(lambda: not among(), timeout_s, every_s=0.5)
+    return among()
 
 
 class ActorsOf:
@@ -242,9 +239,7 @@ def test_a_worker_killed_between_calls_and_a_user_error_leave_the_trainer_usable
 
     ray.kill(group.controller())
     group._thread.join(30)
-    deadline = time.monotonic() + 10
-    while placement() != "REMOVED" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: placement() == "REMOVED", 10, every_s=0.2)
     assert placement() == "REMOVED"
 
     trainer.close()

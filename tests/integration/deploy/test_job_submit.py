@@ -16,13 +16,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.checkpoint.manifest import is_committed
-from tests.support import ROOT, free_ports
+from tests.support import ROOT, free_ports, wait_for
 
 RAY = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray") or "ray"
 
@@ -56,9 +55,7 @@ def _stop(root: str, grace: float = 3.0) -> list[int]:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + wait
-        while _head_pids(root) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: not _head_pids(root), wait, every_s=0.2)
     return _head_pids(root)
 
 
