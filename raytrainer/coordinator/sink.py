@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import itertools
 import sys
+import threading
 import time
 from typing import Any, List, Optional, Sequence
 
@@ -205,27 +206,36 @@ def tell_stall(stall: Stall):
 
 
 class DirectSink:
-    """The sink for `num_workers=0`: events are dispatched to the driver's handlers as they are emitted."""
+    """The sink for `num_workers=0`: events are dispatched to the driver's handlers as they are emitted, in the
+    emitting thread. Checkpoint commits are reported from the checkpoint writer's thread while the training
+    thread reports its steps: one at a time, as the Ray sink's pump takes them. Two at once ran the driver's
+    callbacks concurrently on one TrainerState, and a late save's step (checkpoint-2's `global_step` 2) could
+    overwrite the step of a log whose callbacks were running: W&B then got step 4's log at step 2 and dropped
+    it as older than its current step (tests/callbacks/test_channel.py)."""
 
     def __init__(self, handlers: JobHandlers):
         self.handlers = handlers
         self._result: Any = None
+        self._one_at_a_time = threading.RLock()  # re-entered by push_and_await and push_and_claim
 
     def push(self, messages):
-        for message in messages:
-            if isinstance(message, Stall):
-                tell_stall(message)
-            else:
-                self.handlers.handle_event(message.as_callback_event())
+        with self._one_at_a_time:
+            for message in messages:
+                if isinstance(message, Stall):
+                    tell_stall(message)
+                else:
+                    self.handlers.handle_event(message.as_callback_event())
         return len(messages)
 
     def push_and_await(self, events):
-        self.push(events)
-        return self.handlers.decide()
+        with self._one_at_a_time:  # the decision is on these events, not on another thread's after them
+            self.push(events)
+            return self.handlers.decide()
 
     def push_and_claim(self, events, claim: HostedClaim, job=None) -> HostedClaimReply:
-        self.push(events)
-        return self.handlers.answer_claim(claim)
+        with self._one_at_a_time:
+            self.push(events)
+            return self.handlers.answer_claim(claim)
 
     def report_stall(self, stall: Stall):
         return self.push([stall])

@@ -110,3 +110,38 @@ def test_a_result_never_overtakes_an_earlier_push_still_in_flight(ray_session):
     events, at_result = ray.get(sink.seen.remote())
     assert at_result == ["train_begin", "step_end"] == events
     ray.kill(sink)
+
+
+def test_a_save_reported_from_the_writer_thread_waits_for_the_callbacks_running_and_leaves_their_step():
+    """num_workers=0 dispatches in the emitting thread, and a checkpoint commit is reported from the writer's
+    thread while the training thread reports its steps: checkpoint-2's save, committed while step 4's log is
+    in the driver's callbacks, waits for them, and the log's callbacks see step 4 throughout (a W&B run logged
+    step 4's metrics at step 2, and W&B dropped them as older than its current step)."""
+    import threading
+
+    from raytrainer.callbacks.base import TrainerCallback
+
+    in_log, release, seen = threading.Event(), threading.Event(), []
+
+    class SlowLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            in_log.set()
+            release.wait(10)
+            seen.append(("log", state.global_step))
+
+        def on_save(self, args, state, control, **kwargs):
+            seen.append(("save", state.global_step))
+
+    handler = CallbackHandler([SlowLog()], args=None, state=TrainerState())
+    emitter = Emitter(DirectSink(JobHandlers(handler)), rank=0, flush_interval_s=0.0, job="job-1")
+    training = threading.Thread(target=emitter.emit, args=("log",), kwargs=dict(global_step=4, logs={"loss": 1.0}))
+    training.start()
+    assert in_log.wait(10)
+    writer = threading.Thread(target=emitter.emit, args=("save",), kwargs=dict(global_step=2, checkpoint="c-2"))
+    writer.start()
+    writer.join(0.5)
+    assert writer.is_alive()  # waiting for the log's callbacks
+    release.set()
+    training.join(10)
+    writer.join(10)
+    assert seen == [("log", 4), ("save", 2)]
