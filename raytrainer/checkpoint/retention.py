@@ -1,5 +1,11 @@
 """`save_total_limit`: delete the oldest committed checkpoints, never the newest nor the best.
 
+Oldest and newest are by commit time (the manifest's `created`; by step where two tie), as transformers rotates
+by modification time: a run started afresh in an output_dir that holds a longer earlier run's checkpoints
+writes lower steps than those, and the checkpoint it has just committed is still its newest (by step it would
+be deleted at once, and the run stop on finding it gone). The earlier run's checkpoints, committed before any
+of this run's, are the first deleted.
+
 Partial checkpoints are left alone: one may be being written by the workers right now, and it is not
 counted against the limit either (`listing.remove_partial` cleans them up when nothing is writing).
 """
@@ -8,7 +14,7 @@ from __future__ import annotations
 
 from ..storage import basename
 from .listing import best_checkpoint_name, checkpoint_dirs
-from .manifest import delete, is_committed
+from .manifest import delete, files_match, list_files, read_manifest
 
 
 def rotate(output_dir: str, save_total_limit: int | None, best_url: str | None = None,
@@ -22,8 +28,7 @@ def rotate(output_dir: str, save_total_limit: int | None, best_url: str | None =
         return []
     if save_total_limit < 1:
         raise ValueError(f"save_total_limit={save_total_limit!r} must be >= 1 (or None to keep all).")
-    committed = [url for _, url in checkpoint_dirs(output_dir, storage_options)
-                 if is_committed(url, storage_options)]
+    committed = _in_commit_order(output_dir, storage_options)
     if not committed:
         return []
     newest = basename(committed[-1])
@@ -43,3 +48,13 @@ def rotate(output_dir: str, save_total_limit: int | None, best_url: str | None =
         deleted.append(url)
         excess -= 1
     return deleted
+
+
+def _in_commit_order(output_dir: str, storage_options: dict | None) -> list[str]:
+    """The committed checkpoints (manifest present, files matching it), the first committed first."""
+    found = []
+    for step, url in checkpoint_dirs(output_dir, storage_options):
+        manifest = read_manifest(url, storage_options)
+        if manifest is not None and files_match(manifest, list_files(url, storage_options)):
+            found.append((str(manifest.get("created", "")), step, url))
+    return [url for _, _, url in sorted(found)]

@@ -99,6 +99,20 @@ def test_rotate_reads_best_from_trainer_state_when_not_given(five):
     assert _left(five) == [(2, True), (5, True), (6, False)]
 
 
+def test_rotate_keeps_what_a_run_started_afresh_committed_over_a_longer_earlier_runs_steps(store, make_checkpoint):
+    """The same script run again in its output_dir: the earlier run left checkpoint-8; this one commits -2 (its
+    best) and -4. Its newest is -4, committed last (transformers rotates by modification time), so the earlier
+    run's -8 goes; by step -4 itself would be deleted and the run stop on finding it gone."""
+    make_checkpoint(store, 8)
+    make_checkpoint(store, 2)
+    make_checkpoint(store, 4, best=store.join("checkpoint-2"))
+    assert rotate(store.url, 1, best_url=store.join("checkpoint-2"), storage_options=store.options) == [
+        store.join("checkpoint-8")]
+    assert _left(store) == [(2, True), (4, True)]
+    make_checkpoint(store, 6, best=store.join("checkpoint-2"))  # and on: now by commit time and by step alike
+    assert rotate(store.url, 1, storage_options=store.options) == [store.join("checkpoint-4")]
+
+
 def test_rotate_without_limit_or_below_it_deletes_nothing(five):
     assert rotate(five.url, None, storage_options=five.options) == []
     assert rotate(five.url, 5, storage_options=five.options) == []
