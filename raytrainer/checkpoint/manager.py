@@ -26,7 +26,7 @@ from ..storage import basename, exists, join, read_bytes
 from ..storage.retry import DEFAULT_TIMEOUT_S, Retry
 from ..verbosity import notice
 from ..worker_context import WorkerContext
-from . import hyperparameters, lease, manifest
+from . import hyperparameters, lease, manifest, retention
 from .async_shards import ShardGroups, save_sharded_async
 from .choice import choose
 from .damage import CheckpointDamagedError, check_bytes, parsing
@@ -173,6 +173,15 @@ class CheckpointManager:
             self.writer.wait()
         finally:
             self.shard_groups.close()
+
+    def keep_only_best(self, best_url: Optional[str]):
+        """transformers' end of training with save_total_limit=1 and a best checkpoint: only the best stays, the
+        newest is deleted too (rank 0, after `wait`: the last write is committed; under the run's lease)."""
+        if not (self.ctx.is_main and self.trainer.args.save_total_limit == 1 and best_url):
+            return
+        self._check_lease()
+        self.retry.call(lambda: retention.keep_only_best(self.output_dir, best_url, self.storage_options),
+                        self.output_dir, "keeping only the best checkpoint (save_total_limit=1)")
 
     # ------------------------------------------------------------------ resuming
     def find_resume_url(self, requested: Optional[str]) -> Optional[str]:

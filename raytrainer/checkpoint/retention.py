@@ -1,4 +1,5 @@
-"""`save_total_limit`: delete the oldest committed checkpoints, never the newest nor the best.
+"""`save_total_limit`: delete the oldest committed checkpoints, never the newest nor the best; at the end of
+training with a limit of one, as transformers ends it, every one but the best (`keep_only_best`).
 
 Oldest and newest are by commit time (the manifest's `created`; by step where two tie), as transformers rotates
 by modification time: a run started afresh in an output_dir that holds a longer earlier run's checkpoints
@@ -58,3 +59,16 @@ def _in_commit_order(output_dir: str, storage_options: dict | None) -> list[str]
         if manifest is not None and files_match(manifest, list_files(url, storage_options)):
             found.append((str(manifest.get("created", "")), step, url))
     return [url for _, _, url in sorted(found)]
+
+
+def keep_only_best(output_dir: str, best_url: str, storage_options: dict | None = None) -> list[str]:
+    """transformers' end of training with `save_total_limit=1` and a best checkpoint: every committed checkpoint
+    but the best is deleted, the newest too (the best's weights are the trained model's). Returns the URLs
+    deleted. Partial ones are left, as `rotate` leaves them."""
+    best, committed = basename(best_url), _in_commit_order(output_dir, storage_options)
+    if best not in {basename(url) for url in committed}:
+        return []  # the best is not here (another output_dir's, or lost): nothing is deleted for it
+    deleted = [url for url in committed if basename(url) != best]
+    for url in deleted:
+        delete(url, storage_options)
+    return deleted

@@ -521,6 +521,8 @@ class TrainLoop:
         self._optimizer_mode("eval")  # the weights a schedule-free optimizer evaluates with are the result
         if args.load_best_model_at_end and state.best_model_checkpoint:
             self.checkpoints.load_model(state.best_model_checkpoint)
+        if self.stops.reason is None:  # a run stopped by Ctrl-C continues from its newest checkpoint: kept
+            self.checkpoints.keep_only_best(state.best_model_checkpoint)  # save_total_limit=1, as transformers
         total = self.meter.totals(self.ctx)
         state.total_flos += total["flos"]
         train_loss = total["loss_sum"] / max(total["steps"], 1)

@@ -50,7 +50,9 @@ def test_transformers_model_checkpoint_loads_with_from_pretrained_and_state_with
                         weights(trainer.model))
 
 
-def test_retention_keeps_newest_and_best_and_best_model_is_loaded_at_end(tmp_path):
+def test_retention_keeps_newest_and_best_then_only_the_best_at_end_whose_model_is_loaded(tmp_path):
+    """transformers' save_total_limit=1 with a best: the best and the newest while training, only the best once
+    it ends (transformers deletes the newest at the end too)."""
     scores = iter([1.0, 3.0, 2.0, 0.0])  # evaluations at steps 2, 4, 6, 8: the best is step 4, not the newest
 
     def metrics(p):
@@ -59,14 +61,21 @@ def test_retention_keeps_newest_and_best_and_best_model_is_loaded_at_end(tmp_pat
     args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=8, per_device_train_batch_size=4,
                              eval_strategy="steps", eval_steps=2, save_steps=2, save_total_limit=1,
                              load_best_model_at_end=True, metric_for_best_model="score", disable_tqdm=True)
+    committed_at_saves = []
+
+    class Watch(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            committed_at_saves.append({c.step for c in list_checkpoints(str(tmp_path)) if c.committed})
+
     trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(40),
-                      eval_dataset=TokenData(9, seed=1), compute_metrics=metrics)
+                      eval_dataset=TokenData(9, seed=1), compute_metrics=metrics, callbacks=[Watch()])
     trainer.train()
     state = trainer.state
+    assert committed_at_saves == [{2}, {4}, {4, 6}, {4, 8}]  # the best and the newest
     assert [h["eval_score"] for h in state.log_history if "eval_score" in h] == [1.0, 3.0, 2.0, 0.0]
     assert state.best_metric == 3.0 and state.best_model_checkpoint.endswith("checkpoint-4")
     kept = {c.step for c in list_checkpoints(str(tmp_path)) if c.committed}
-    assert kept == {4, 8}
+    assert kept == {4}
     assert_same_weights(weights(trainer.model), load_model_state(state.best_model_checkpoint))
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from raytrainer import storage
 from raytrainer.checkpoint import listing
-from raytrainer.checkpoint.retention import rotate
+from raytrainer.checkpoint.retention import keep_only_best, rotate
 
 
 @pytest.fixture
@@ -111,6 +111,16 @@ def test_rotate_keeps_what_a_run_started_afresh_committed_over_a_longer_earlier_
     assert _left(store) == [(2, True), (4, True)]
     make_checkpoint(store, 6, best=store.join("checkpoint-2"))  # and on: now by commit time and by step alike
     assert rotate(store.url, 1, storage_options=store.options) == [store.join("checkpoint-4")]
+
+
+def test_keep_only_best_deletes_every_committed_checkpoint_but_the_best(five):
+    """transformers' end of training with save_total_limit=1: the best stays, the newest goes too; a partial one is
+    not retention's; a best that is not here deletes nothing."""
+    assert keep_only_best(five.url, five.join("checkpoint-9"), five.options) == []
+    assert len(_left(five)) == 6
+    assert keep_only_best(five.url, "/staging/checkpoint-2", five.options) == [
+        five.join(f"checkpoint-{step}") for step in (1, 3, 4, 5)]
+    assert _left(five) == [(2, True), (6, False)]
 
 
 def test_rotate_without_limit_or_below_it_deletes_nothing(five):

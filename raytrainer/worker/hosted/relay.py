@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 from ...callbacks.base import CONTROL_FLAGS
 from ...checkpoint import hf_dirs, lease
 from ...checkpoint.listing import checkpoint_name
-from ...checkpoint.retention import rotate
+from ...checkpoint.retention import keep_only_best, rotate
 from ...state import OWN_STATE_KEY
 from ...storage import is_local, join
 from ..loop_events import LoopEvents
@@ -146,7 +146,20 @@ class Relay(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.stops is not None:
             self.stops.at_train_end(state.global_step, self.checkpoint)
+        if args.save_total_limit == 1 and state.best_model_checkpoint and self.checkpoint:
+            self._keep_only_best(state.best_model_checkpoint)
         return self._fire("train_end", control)
+
+    def _keep_only_best(self, best: str):
+        """HF's end of training with save_total_limit=1 deleted every local checkpoint but the best: the remote
+        copies go the same way (rank 0, under the run's lease), and the best is the checkpoint the run ends on."""
+        host = self.host
+        run_url, best = host.url_of(self.trainer), host.url_for(best)
+        if not is_local(run_url) and host.ctx.is_main:
+            options = host.order.storage_options
+            lease.check_held(run_url, host.order.run_id, options)
+            keep_only_best(run_url, best, options)
+        self.checkpoint = best
 
     def on_save(self, args, state, control, **kwargs):
         url = self._commit(args, state)
