@@ -96,8 +96,7 @@ class HostedTrainer(CallbackMethods):
         stop_if_interrupted(result, "train() again continues from it", self.callback_handler)
         if result.runs:
             run_record = result.runs[-1]
-            self.state = TrainerState(global_step=run_record["global_step"],
-                                      log_history=list(run_record["log_history"]))
+            self.state = TrainerState.from_json_string(run_record["state"])  # rank 0's, best named by its URL
             self.callback_handler.state = self.state
         return result.value
 

@@ -10,6 +10,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 import raytrainer
+from raytrainer.checkpoint.listing import list_checkpoints
 from tests.hosted.plain_script import Rows
 
 
@@ -82,3 +83,22 @@ def test_a_subclass_trains_on_two_workers_under_driver_control(ray_session, tmp_
         train_dataset=Rows())
     assert again.train().global_step == 2
     assert again._pool_user.group is trainer._pool_user.group  # the warm group, not a new one
+
+
+def test_save_total_limit_1_ends_with_only_the_best_checkpoint_on_s3_as_hf_ends_locally(ray_session, s3_bucket,
+                                                                                         s3_server):
+    """HF's end of training with save_total_limit=1 and a best deletes every local checkpoint but the best; a
+    remote output_dir's committed copies go the same way (the hosted mode rotates those itself)."""
+    url, options = s3_bucket + "/best-only", dict(s3_server.storage_options)
+    # greater_is_better on the eval loss, which falls: the first evaluation (step 2) stays the best.
+    args = TrainingArguments(output_dir=url, max_steps=6, eval_strategy="steps", eval_steps=2, save_steps=2,
+                             save_total_limit=1, load_best_model_at_end=True, metric_for_best_model="loss",
+                             greater_is_better=True, learning_rate=1e-2, per_device_train_batch_size=2,
+                             use_cpu=True, report_to="none", disable_tqdm=True)
+    trainer = raytrainer.hosted(Trainer, num_workers=2, disable_tqdm=True, storage_options=options)(
+        model=tiny_llama(), args=args, train_dataset=Rows(), eval_dataset=Rows(12))
+    assert trainer.train().global_step == 6
+    # The driver's state is rank 0's whole one, its best named by the URL (not a worker's staging folder).
+    assert trainer.state.best_model_checkpoint == url + "/checkpoint-2"
+    assert trainer.state.best_metric == [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h][0]
+    assert [(i.step, i.committed) for i in list_checkpoints(url, options)] == [(2, True)]

@@ -19,6 +19,8 @@ included, gets them through its own `super()` calls; restored when the job ends)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -160,10 +162,15 @@ class Host:
     def record(self, trainer, relay_checkpoint: Optional[str], stopped: Optional[str] = None):
         """`stopped`: "interrupt" or "preemption" when a stop ended this train() at a saved step."""
         state = trainer.state
+        # The whole TrainerState for the driver's `trainer.state` (best_model_checkpoint, best_metric, epoch, ...),
+        # the best named by the output_dir's URL, not by a worker's staging folder.
+        whole = dataclasses.asdict(state)  # HF's state: what its save_to_json writes
+        if whole.get("best_model_checkpoint"):
+            whole["best_model_checkpoint"] = self.url_for(whole["best_model_checkpoint"])
         self.runs.append({"trainer": _class_name(trainer), "index": self.trainers.index(trainer),
                           "output_dir": self.url_of(trainer), "global_step": state.global_step,
                           "checkpoint": relay_checkpoint, "log_history": list(state.log_history),
-                          "stopped": stopped})
+                          "state": json.dumps(whole), "stopped": stopped})
 
 
 def _class_name(trainer) -> str:
