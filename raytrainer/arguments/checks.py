@@ -86,6 +86,10 @@ def optimizer_and_schedule(args) -> None:
             raise ConfigError(f"{name}={getattr(args, name)!r} must be in [0, 1).")
     one_of(args, "optim", OPTIMIZERS)
     check_optimizer(args)  # the optimizer's package, optim_args, optim_target_modules, Liger's kernels
+    if args.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy"):
+        raise ConfigError(f"lr_scheduler_type={args.lr_scheduler_type!r} is not supported: it is stepped by "
+                          "evaluation metrics, not by the step count. Use a schedule by steps (one of "
+                          f"{', '.join(SCHEDULERS)}), or a callback that lowers the learning rate on a plateau.")
     one_of(args, "lr_scheduler_type", SCHEDULERS)
     if args.lr_scheduler_kwargs is not None and not isinstance(args.lr_scheduler_kwargs, dict):
         raise ConfigError(f"lr_scheduler_kwargs={args.lr_scheduler_kwargs!r} must be a dict (or a JSON object).")

@@ -86,7 +86,9 @@ class TrainingArguments(DriverView, WorkerRange):
     optim: str = _help(f"Optimizer: one of {', '.join(OPTIMIZERS)}.", default="adamw_torch_fused")
     lr_scheduler_type: str = _help(f"Scheduler: one of {', '.join(SCHEDULERS)}.", default="linear")
     lr_scheduler_kwargs: dict | str | None = _help(
-        "Extra scheduler arguments (polynomial: lr_end, power; cosine: num_cycles).", default=None)
+        "Extra scheduler arguments, as transformers' get_scheduler takes them (polynomial: lr_end, power; cosine: "
+        "num_cycles; cosine_with_min_lr: min_lr or min_lr_rate; warmup_stable_decay: num_decay_steps, ...).",
+        default=None)
     warmup_steps: float = _help("Linear warm-up: an int number of steps, or a float in [0, 1) as a ratio of "
                                 "the total steps.", default=0)
 

@@ -31,8 +31,8 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "num_train_epochs": (SAME, ""),
     "max_steps": (SAME, ""),
     "learning_rate": (SAME, ""),
-    "lr_scheduler_type": (SAME, "The schedulers raytrainer/optimizers/ implements; others are "
-                                "refused."),
+    "lr_scheduler_type": (SAME, "Every schedule by steps that transformers names (raytrainer/optimizers/"
+                                "schedules.py); reduce_lr_on_plateau and greedy, stepped by metrics, are refused."),
     "lr_scheduler_kwargs": (SAME, ""),
     "warmup_steps": (SAME, "An int number of steps, or a float in [0, 1) as a ratio."),
     "optim": (SAME, "The optimizers raytrainer/optimizers/ implements; others are refused."),
@@ -118,7 +118,8 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "save_steps": (SAME, ""),
     "save_on_each_node": (REFUSED, "checkpoints go to one storage URL every worker reaches; use shared storage "
                                    "(s3://..., NFS with allow_local_output_dir_on_multinode=True)."),
-    "save_total_limit": (SAME, "The newest and the best checkpoints are never deleted."),
+    "save_total_limit": (SAME, "The newest (by commit time) and the best checkpoints are never deleted while "
+                               "training; with 1, only the best once training ends, as in transformers."),
     "enable_jit_checkpoint": (DIFFERENT, "Always on, whatever this says: on SIGTERM or a Ray node drain every rank "
                                          "saves within two step boundaries, at the same step, and the run restarts "
                                          "from that checkpoint (max_preemptions)."),

@@ -18,7 +18,8 @@ from raytrainer.errors import ConfigError
     ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size"),
     ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
     ({"optim": "adamw_apex"}, "optim"),
-    ({"lr_scheduler_type": "cosine_with_restarts"}, "lr_scheduler_type"),
+    ({"lr_scheduler_type": "reduce_lr_on_plateau"}, "lr_scheduler_type"),  # stepped by metrics
+    ({"lr_scheduler_type": "cosine_restarts"}, "lr_scheduler_type"),
     ({"warmup_steps": 1.5}, "warmup_steps"),
     ({"warmup_steps": -1}, "warmup_steps"),
     ({"eval_strategy": "steps", "eval_steps": 0}, "eval_steps"),

@@ -27,10 +27,19 @@ def _opt(lr=1e-3):
     return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
 
 
-SPECIFIC_KWARGS = {"cosine": {"num_cycles": 1.5}, "polynomial": {"lr_end": 1e-5, "power": 2.0}}
+# What a schedule cannot run without (HF refuses it too), and other kwargs than the defaults.
+NEEDED = {"cosine_with_min_lr": {"min_lr_rate": 0.1}, "cosine_warmup_with_min_lr": {"min_lr": 2e-4},
+          "warmup_stable_decay": {"num_decay_steps": 6}}
+SPECIFIC_KWARGS = [("cosine", {"num_cycles": 1.5}), ("polynomial", {"lr_end": 1e-5, "power": 2.0}),
+                   ("cosine_with_restarts", {"num_cycles": 3}), ("inverse_sqrt", {"timescale": 7}),
+                   ("cosine_with_min_lr", {"min_lr": 1e-4, "num_cycles": 1.0}),
+                   ("cosine_warmup_with_min_lr", {"min_lr_rate": 0.05, "warmup_lr_rate": 0.2}),
+                   ("warmup_stable_decay", {"num_decay_steps": 5, "num_stable_steps": 8, "warmup_type": "cosine",
+                                            "decay_type": "1-sqrt", "min_lr_ratio": 0.1}),
+                   ("warmup_stable_decay", {"num_decay_steps": 4, "warmup_type": "1-sqrt", "decay_type": "linear"})]
 
 
-@pytest.mark.parametrize("name, kw", [(n, None) for n in SCHEDULERS] + list(SPECIFIC_KWARGS.items()))
+@pytest.mark.parametrize("name, kw", [(n, NEEDED.get(n)) for n in SCHEDULERS] + SPECIFIC_KWARGS)
 @pytest.mark.parametrize("warmup", [0, 5, 0.13])  # none, int steps, ratio (0.13 * 20 = 2.6 -> 3 steps)
 def test_schedule_matches_transformers(name, kw, warmup):
     transformers = pytest.importorskip("transformers")
@@ -63,6 +72,13 @@ def test_scheduler_kwargs_are_checked():
                                                        lr_scheduler_kwargs={"lr_end": 1.0}), 10)
     with pytest.raises(ConfigError, match="num_training_steps"):
         create_scheduler(_opt(), TrainingArguments(), 0)
+    with pytest.raises(ConfigError, match="exactly one of min_lr and min_lr_rate"):
+        create_scheduler(_opt(), TrainingArguments(lr_scheduler_type="cosine_with_min_lr"), 10)
+    with pytest.raises(ConfigError, match="needs num_decay_steps"):
+        create_scheduler(_opt(), TrainingArguments(lr_scheduler_type="warmup_stable_decay"), 10)
+    with pytest.raises(ConfigError, match="decay_type='step'"):
+        create_scheduler(_opt(), TrainingArguments(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={
+            "num_decay_steps": 2, "decay_type": "step"}), 10)
 
 
 def test_polynomial_when_warmup_fills_the_run():
@@ -73,7 +89,8 @@ def test_polynomial_when_warmup_fills_the_run():
 
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_scheduler_pickles_and_resumes(name):
-    args = TrainingArguments(lr_scheduler_type=name, warmup_steps=0 if name == "constant" else 3)
+    args = TrainingArguments(lr_scheduler_type=name, warmup_steps=0 if name == "constant" else 3,
+                             lr_scheduler_kwargs=NEEDED.get(name))
     model = nn.Linear(2, 2)
     opt = create_optimizer(model, args)
     sched = create_scheduler(opt, args, 20)
