@@ -162,8 +162,8 @@ class WorkerHooks:
         if self.training_run is not None:
             self.training_run.record_log(logs)
         else:
-            if self.state.global_step > 0 or self.state.epoch:  # trained: as transformers, into the caller's dict
-                logs["epoch"] = self.state.epoch  # (so evaluate() returns it too)
+            if self.state.epoch is not None:  # as transformers, into the caller's dict (so evaluate() returns it
+                logs["epoch"] = self.state.epoch  # too), 0 before any training
             self.callback_handler.handle({"kind": "log", "logs": {**logs, "step": self.state.global_step}})
 
     # ------------------------------------------------------------------ optimisation

@@ -82,6 +82,8 @@ def test_evaluate_and_predict_in_process(tmp_path):
     trainer = Trainer(model=make_model(), args=args, eval_dataset=TokenData(11, seed=1), compute_metrics=metrics)
     result = trainer.evaluate()
     assert {"eval_loss", "eval_accuracy", "eval_runtime"} <= result.keys()
+    # Before any training, as transformers 5's log() adds it (its state's epoch starts at 0): returned and logged.
+    assert result["epoch"] == 0 and trainer.state.log_history[-1]["epoch"] == 0
     prediction = trainer.predict(TokenData(7, seed=2))
     assert prediction.predictions.shape[:2] == (7, 8) and prediction.label_ids.shape == (7, 8)
     assert "test_loss" in prediction.metrics
