@@ -117,3 +117,24 @@ def test_epoch_strategies_save_and_evaluate_at_every_epoch_end_including_the_las
     assert {c.step for c in list_checkpoints(str(tmp_path)) if c.committed} == {3, 6}
     assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [3, 6]
     assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [3, 6]
+
+
+def test_a_failed_delete_at_the_end_of_save_total_limit_1_leaves_the_checkpoints_and_the_run_done(
+        tmp_path, monkeypatch, caplog):
+    """The end's deletion is housekeeping after the training is done: a storage error there is a warning."""
+    from raytrainer.checkpoint import retention
+
+    def unreachable(*args, **kwargs):
+        raise OSError("storage unreachable")
+
+    monkeypatch.setattr(retention, "keep_only_best", unreachable)
+    scores = iter([3.0, 1.0])
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=4, per_device_train_batch_size=4,
+                             eval_strategy="steps", eval_steps=2, save_steps=2, save_total_limit=1,
+                             metric_for_best_model="score", storage_retry_timeout_s=0, disable_tqdm=True)
+    trainer = Trainer(model=make_model(), args=args, train_dataset=TokenData(40), eval_dataset=TokenData(9, seed=1),
+                      compute_metrics=lambda p: {"score": next(scores)})
+    with caplog.at_level("WARNING", logger="raytrainer"):
+        assert trainer.train().global_step == 4
+    assert "the checkpoints other than the best stay" in caplog.text and "storage unreachable" in caplog.text
+    assert {c.step for c in list_checkpoints(str(tmp_path)) if c.committed} == {2, 4}
