@@ -17,7 +17,7 @@ import dataclasses
 import os
 import sys
 import uuid
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -39,6 +39,7 @@ from .errors import ConfigError
 from .hub import push as hub
 from .hub.model_card import ModelCardMixin
 from .metrics_files import MetricsFilesMixin
+from .optimizers import check_optimizer_cls_and_kwargs
 from .protocol import EvaluateOrder, LogLevels, PredictOrder, TrainOrder, TrainResult, WorkOrder
 from .startup import Startup
 from .startup_line import StartupLine
@@ -64,6 +65,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
                  model_init: Optional[Callable[[], torch.nn.Module]] = None,
                  compute_loss_func: Optional[Callable] = None, compute_metrics: Optional[Callable] = None,
                  callbacks: Optional[list] = None, optimizers=(None, None),
+                 optimizer_cls_and_kwargs: Optional[Tuple[type, Dict[str, Any]]] = None,
                  preprocess_logits_for_metrics: Optional[Callable] = None):
         preflight.launchers.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
         if model is None and model_init is None:
@@ -83,6 +85,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
+        self.optimizer_cls_and_kwargs = check_optimizer_cls_and_kwargs(optimizer_cls_and_kwargs, self.optimizer)
         self.state = TrainerState()
         self.ctx = WorkerContext()  # the driver's view until a worker sets its own
         self.model_wrapped = model

@@ -16,8 +16,9 @@ built with transformers' arguments and defaults, so a run matches transformers' 
 
 from .builtin import optimizer_eval_mode, optimizer_train_mode
 from .lomo import fused_backward, is_fused_backward
-from .registry import OPTIMIZERS, check_optimizer, check_run, create_optimizer
+from .registry import OPTIMIZERS, check_optimizer, check_optimizer_cls_and_kwargs, check_run, create_optimizer
 from .schedules import SCHEDULERS, create_scheduler
 
-__all__ = ["OPTIMIZERS", "SCHEDULERS", "check_optimizer", "check_run", "create_optimizer", "create_scheduler",
-           "fused_backward", "is_fused_backward", "optimizer_eval_mode", "optimizer_train_mode"]
+__all__ = ["OPTIMIZERS", "SCHEDULERS", "check_optimizer", "check_optimizer_cls_and_kwargs", "check_run",
+           "create_optimizer", "create_scheduler", "fused_backward", "is_fused_backward", "optimizer_eval_mode",
+           "optimizer_train_mode"]

@@ -4,7 +4,7 @@ then those of their own packages (`packaged.py`). The rest of raytrainer calls t
 - `check_optimizer` when `TrainingArguments` is built (what the arguments alone decide);
 - `check_run` in the Trainer's preflight, once it is known whether the workers get GPUs and which model they
   train;
-- `create_optimizer` on each worker.
+- `create_optimizer` on each worker (and `check_optimizer_cls_and_kwargs` for a Trainer given a class).
 
 `check_optimizer` also checks `use_liger_kernel` as far as the arguments decide (a CPU run is refused): Liger's
 kernels are patched into the model by the strategy layer (`strategy/liger.py`, which also checks the run), but
@@ -57,14 +57,35 @@ def check_run(trainer, use_gpu: bool):
     `strategy/liger.py`)."""
     args = trainer.args
     check_liger_args(args)  # the arguments may have been changed since they were built
-    if args.optim not in packaged.SPECS:
+    if args.optim not in packaged.SPECS or getattr(trainer, "optimizer_cls_and_kwargs", None) is not None:
         return
     packaged.check(args, warn=False)
     packaged.check_run(args, use_gpu, trainer.model)
 
 
-def create_optimizer(model: torch.nn.Module, args) -> torch.optim.Optimizer:
-    """The optimizer named by args.optim, as transformers' Trainer builds it for `model`."""
+def check_optimizer_cls_and_kwargs(given, optimizer) -> tuple | None:
+    """transformers' `Trainer(optimizer_cls_and_kwargs=(cls, kwargs))`, checked on the driver: a class (or any
+    callable taking parameter groups) and a dict, and not beside an optimizer instance (`optimizers=`)."""
+    if given is None:
+        return None
+    if optimizer is not None:
+        raise ConfigError("Trainer(optimizers=...) and Trainer(optimizer_cls_and_kwargs=...) both name the optimizer: "
+                          "pass one of them.")
+    if not (isinstance(given, (tuple, list)) and len(given) == 2 and callable(given[0])
+            and isinstance(given[1], dict)):
+        raise ConfigError(f"optimizer_cls_and_kwargs={given!r} must be (an optimizer class, a dict of its keyword "
+                          "arguments), e.g. (torch.optim.SGD, {'lr': 0.1, 'momentum': 0.9}).")
+    return given[0], dict(given[1])
+
+
+def create_optimizer(model: torch.nn.Module, args, cls_and_kwargs: tuple | None = None) -> torch.optim.Optimizer:
+    """The optimizer named by args.optim, as transformers' Trainer builds it for `model`; with `cls_and_kwargs`
+    (`optimizer_cls_and_kwargs`), that class over the same two parameter groups (weight_decay, and none for biases
+    and norms) with its kwargs as given: as in transformers, args.optim, optim_args and learning_rate are not read
+    (the schedule scales the `lr` the kwargs give, or the class's default)."""
+    if cls_and_kwargs is not None:
+        cls, kwargs = cls_and_kwargs
+        return cls(builtin.param_groups(model, args.weight_decay), **kwargs)
     if args.optim in packaged.SPECS:
         return packaged.create(model, args)
     return builtin.create(model, args)

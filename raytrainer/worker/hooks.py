@@ -168,8 +168,8 @@ class WorkerHooks:
 
     # ------------------------------------------------------------------ optimisation
     def create_optimizer(self):
-        if self.optimizer is None:
-            self.optimizer = create_optimizer(self.model, self.args)
+        if self.optimizer is None:  # optimizer_cls_and_kwargs, when given, overrides optim (as transformers)
+            self.optimizer = create_optimizer(self.model, self.args, getattr(self, "optimizer_cls_and_kwargs", None))
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
