@@ -41,6 +41,10 @@ class MetricsFilesMixin:
     def is_local_process_zero(self) -> bool:
         return self.ctx.local_rank == 0
 
+    def metrics_format(self, metrics: dict) -> dict:
+        """transformers' method: the values as log_metrics shows them (module function `metrics_format`)."""
+        return metrics_format(metrics)
+
     def log_metrics(self, split: str, metrics: dict):
         """Print `metrics` as an aligned block, e.g. `***** train metrics *****`."""
         if not self.is_world_process_zero():

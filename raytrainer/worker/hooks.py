@@ -34,7 +34,9 @@ from ..data.ray_data import RayDataRef
 from ..data.sampler import DistributedBatchSampler, eval_shard, order_options
 from ..data.streaming import StreamEvalLoader, StreamTrainData, is_stream
 from ..data.user_sampler import SamplerShards, evaluation_shard
+from ..errors import ConfigError
 from ..optimizers import create_optimizer, create_scheduler, fused_backward, is_fused_backward
+from ..optimizers.builtin import get_decay_parameter_names
 from .losses import label_smoothed_loss
 from .run_link import MicroStep, TrainingRun
 from .watchdog import current as current_watchdog
@@ -180,6 +182,36 @@ class WorkerHooks:
     def create_optimizer_and_scheduler(self, num_training_steps: int):
         self.create_optimizer()
         self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+
+    # transformers' helpers around the optimizer, for subclasses (a create_optimizer override) and scripts.
+    def get_decay_parameter_names(self, model) -> list:
+        """The names of the parameters weight decay applies to (not biases, not normalisation weights)."""
+        return get_decay_parameter_names(model)
+
+    def get_num_trainable_parameters(self) -> int:
+        if self.model is None:
+            raise ConfigError("get_num_trainable_parameters() needs a model: this Trainer has model_init, which "
+                              "builds the model on the workers; call it in a hook there, or pass model=.")
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def get_learning_rates(self) -> list:
+        return [group["lr"] for group in self._built_optimizer("get_learning_rates").param_groups]
+
+    def get_optimizer_group(self, param=None):
+        """The parameter group holding `param`, or every group's parameters (as transformers')."""
+        optimizer = self._built_optimizer("get_optimizer_group")
+        if param is not None:
+            for group in optimizer.param_groups:
+                if any(p is param for p in group["params"]):
+                    return group
+        return [group["params"] for group in optimizer.param_groups]
+
+    def _built_optimizer(self, method: str):
+        if self.optimizer is None:
+            raise ValueError(f"{method}(): the optimizer is not built yet. It is built on each worker when training "
+                             "starts: call it from a hook that runs there (a Trainer subclass's training_step, say); "
+                             "the driver's log_history holds each logged step's learning_rate.")
+        return self.optimizer
 
     # ------------------------------------------------------------------ steps
     def _prepare_inputs(self, inputs: dict) -> dict:

@@ -140,3 +140,44 @@ def test_several_eval_datasets_during_training_get_their_own_prefixes(tmp_path):
     assert [h["step"] for h in evals] == [2, 4]
     assert {"eval_short_loss", "eval_long_loss"} <= evals[0].keys()
     assert {"eval_short_loss", "eval_long_loss"} <= trainer.evaluate().keys()
+
+
+def test_transformers_optimizer_helpers_answer_as_transformers_does(tmp_path):
+    """get_decay_parameter_names, get_num_trainable_parameters, metrics_format as transformers' Trainer gives them;
+    get_learning_rates and get_optimizer_group from a hook on the worker, where the optimizer is; on the driver
+    before training, a ValueError naming where to call them."""
+    transformers = pytest.importorskip("transformers")
+    import json
+
+    record = tmp_path / "seen.json"  # the worker's trainer is a copy of this one: it writes what it sees
+
+    class Probing(Trainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if not record.exists():
+                first = next(model.parameters())
+                record.write_text(json.dumps({"rates": self.get_learning_rates(),
+                                              "group_of_first": self.get_optimizer_group(first)["weight_decay"],
+                                              "groups": [len(g) for g in self.get_optimizer_group()]}))
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    model = make_model()
+    theirs = transformers.Trainer(model=model, args=transformers.TrainingArguments(str(tmp_path / "hf"), use_cpu=True,
+                                                                                   report_to="none"))
+    args = TrainingArguments(output_dir=str(tmp_path), num_workers=0, max_steps=1, learning_rate=0.25,
+                             weight_decay=0.1, save_strategy="no", disable_tqdm=True)
+    ours = Probing(model=model, args=args, train_dataset=TokenData(8))
+    assert ours.get_decay_parameter_names(model) == theirs.get_decay_parameter_names(model)
+    assert ours.get_num_trainable_parameters() == theirs.get_num_trainable_parameters()
+    metrics = {"train_runtime": 3725.5, "total_flos": 3.5e10, "train_loss": 1.234567, "epoch": 1}
+    # (transformers' own Trainer.metrics_format is its module function set on the class: called on an instance
+    # it gets the Trainer as its metrics; the function is the reference)
+    assert ours.metrics_format(metrics) == transformers.trainer_pt_utils.metrics_format(metrics)
+    with pytest.raises(ValueError, match="built on each worker"):
+        ours.get_learning_rates()
+    ours.train()
+    seen = json.loads(record.read_text())
+    decayed = len(theirs.get_decay_parameter_names(model))
+    assert seen == {"rates": [0.25, 0.25], "group_of_first": seen["group_of_first"],
+                    "groups": [decayed, sum(1 for _ in model.parameters()) - decayed]}
+    first_name = next(name for name, _ in model.named_parameters())
+    assert seen["group_of_first"] == (0.1 if first_name in theirs.get_decay_parameter_names(model) else 0.0)
