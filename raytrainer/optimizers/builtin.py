@@ -209,6 +209,17 @@ def check(args: TrainingArguments) -> None:
 def create(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
     """The built-in optimizer named by args.optim (`registry.create_optimizer` builds every name)."""
     groups = param_groups(model, args.weight_decay)
+    cls, kwargs = cls_and_kwargs(args, [p for g in groups for p in g["params"]])
+    optimizer = cls(groups, **kwargs)
+    if is_schedule_free(args.optim):
+        optimizer.train()  # it refuses to step in eval mode, which is where it starts
+    return optimizer
+
+
+def cls_and_kwargs(args: TrainingArguments, params: list | None = None) -> tuple:
+    """The class and keyword arguments of the built-in optimizer args.optim names (transformers'
+    `get_optimizer_cls_and_kwargs`); `params`, the parameters it will get when known, decide whether fused AdamW
+    can run on them."""
     lr = args.learning_rate
     cls = optimizer_class(args.optim)
     extra = optim_kwargs(args, cls)
@@ -216,26 +227,24 @@ def create(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
     if args.optim in ("adamw_torch", "adamw_torch_fused"):
         kwargs = {"lr": lr, **adam, **extra}
         if args.optim == "adamw_torch_fused":
-            reason = _fused_adamw_unsupported([p for g in groups for p in g["params"]])
+            reason = _fused_adamw_unsupported(params) if params is not None else None
             if reason is None:
                 kwargs["fused"] = True
             else:
                 warnings.warn(f"optim='adamw_torch_fused' is not supported for these parameters ({reason}); "
-                              "using the non-fused torch.optim.AdamW instead.", stacklevel=3)
-        return cls(groups, **kwargs)
+                              "using the non-fused torch.optim.AdamW instead.", stacklevel=4)
+        return cls, kwargs
     if args.optim == "adafactor" and cls is not torch.optim.Adafactor:
         # transformers' Adafactor with its Trainer's settings: the learning rate is the schedule's.
-        return cls(groups, lr=lr, **{"scale_parameter": False, "relative_step": False, **extra})
+        return cls, {"lr": lr, **{"scale_parameter": False, "relative_step": False, **extra}}
     if args.optim in ("sgd", "adafactor"):
-        return cls(groups, lr=lr, **extra)
+        return cls, {"lr": lr, **extra}
     # Schedule-free, with HF's arguments: Adam's betas/eps (not for SGD), warm-up inside the optimizer (not
     # for RAdam, which needs none). A warm-up ratio is resolved in schedules.create_scheduler, once the length is known.
     kwargs = {"lr": lr, **({} if args.optim == "schedule_free_sgd" else adam), **extra}
     if args.optim != "schedule_free_radam":
         kwargs["warmup_steps"] = 0 if 0 < args.warmup_steps < 1 else int(args.warmup_steps)
-    optimizer = cls(groups, **kwargs)
-    optimizer.train()  # it refuses to step in eval mode, which is where it starts
-    return optimizer
+    return cls, kwargs
 
 
 def optimizer_train_mode(optimizer) -> None:

@@ -63,6 +63,18 @@ def check_run(trainer, use_gpu: bool):
     packaged.check_run(args, use_gpu, trainer.model)
 
 
+def get_optimizer_cls_and_kwargs(args, model: torch.nn.Module | None = None) -> tuple:
+    """transformers' `Trainer.get_optimizer_cls_and_kwargs`: the class and kwargs of the optimizer args.optim
+    names, for a `create_optimizer` override that builds its own parameter groups. The built-in names only: those
+    of their own packages (GaLore, LOMO, ...) are built from the model's modules, by `create_optimizer`."""
+    if args.optim in packaged.SPECS:
+        raise ConfigError(f"get_optimizer_cls_and_kwargs(): optim={args.optim!r} is built from the model's modules, "
+                          "not from parameter groups: let create_optimizer build it (super().create_optimizer()), or "
+                          f"use a built-in optim ({', '.join(builtin.NAMES)}).")
+    params = None if model is None else [p for p in model.parameters() if p.requires_grad]
+    return builtin.cls_and_kwargs(args, params)
+
+
 def check_optimizer_cls_and_kwargs(given, optimizer) -> tuple | None:
     """transformers' `Trainer(optimizer_cls_and_kwargs=(cls, kwargs))`, checked on the driver: a class (or any
     callable taking parameter groups) and a dict, and not beside an optimizer instance (`optimizers=`)."""

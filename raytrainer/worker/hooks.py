@@ -37,6 +37,7 @@ from ..data.user_sampler import SamplerShards, evaluation_shard
 from ..errors import ConfigError
 from ..optimizers import create_optimizer, create_scheduler, fused_backward, is_fused_backward
 from ..optimizers.builtin import get_decay_parameter_names
+from ..optimizers.registry import get_optimizer_cls_and_kwargs
 from .losses import label_smoothed_loss
 from .run_link import MicroStep, TrainingRun
 from .watchdog import current as current_watchdog
@@ -184,6 +185,11 @@ class WorkerHooks:
         self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
 
     # transformers' helpers around the optimizer, for subclasses (a create_optimizer override) and scripts.
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args, model=None) -> tuple:
+        """The class and kwargs of the optimizer args.optim names (built-in names; optimizers/registry.py)."""
+        return get_optimizer_cls_and_kwargs(args, model)
+
     def get_decay_parameter_names(self, model) -> list:
         """The names of the parameters weight decay applies to (not biases, not normalisation weights)."""
         return get_decay_parameter_names(model)

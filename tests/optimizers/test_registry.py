@@ -76,3 +76,53 @@ def test_a_run_with_optimizer_cls_and_kwargs_logs_transformers_numbers(tmp_path)
         assert mine == pytest.approx(reference, rel=1e-5)
     for name, tensor in their_weights.items():
         torch.testing.assert_close(our_weights[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _two_rates(base):
+    """The subclass recipe: create_optimizer with its own groups (the head at 10x the rate) from
+    get_decay_parameter_names and get_optimizer_cls_and_kwargs, written once for either Trainer."""
+
+    class TwoRates(base):
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                decay = set(self.get_decay_parameter_names(self.model))
+                named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+                cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
+                self.optimizer = cls([
+                    {"params": [p for n, p in named if n in decay and "lm_head" not in n],
+                     "weight_decay": self.args.weight_decay},
+                    {"params": [p for n, p in named if n not in decay and "lm_head" not in n], "weight_decay": 0.0},
+                    {"params": [p for n, p in named if "lm_head" in n], "lr": kwargs["lr"] * 10}], **kwargs)
+            return self.optimizer
+
+    return TwoRates
+
+
+def test_a_create_optimizer_override_with_transformers_helpers_logs_transformers_numbers(tmp_path):
+    runs = {}
+    for side, base, args_class, extra in (
+            ("ours", Trainer, TrainingArguments, {"num_workers": 0}),
+            ("theirs", transformers.Trainer, transformers.TrainingArguments, {"use_cpu": True})):
+        args = args_class(output_dir=str(tmp_path / side), max_steps=3, per_device_train_batch_size=4, logging_steps=1,
+                          learning_rate=1e-2, weight_decay=0.1, save_strategy="no", report_to="none",
+                          disable_tqdm=True, seed=0, **extra)
+        trainer = _two_rates(base)(model=tiny_model("llama"), args=args, train_dataset=tiny_rows("llama", n=12),
+                                   data_collator=DefaultCollator())
+        trainer.train()
+        runs[side] = ([{k: h[k] for k in ("loss", "grad_norm")} for h in trainer.state.log_history if "loss" in h],
+                      weights(trainer.model))
+    (ours, our_weights), (theirs, their_weights) = runs["ours"], runs["theirs"]
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine == pytest.approx(reference, rel=1e-5)
+    for name, tensor in their_weights.items():
+        torch.testing.assert_close(our_weights[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_get_optimizer_cls_and_kwargs_gives_transformers_built_in_classes_and_refuses_packaged_ones():
+    args = TrainingArguments(learning_rate=3e-4, adam_beta2=0.95, optim="adamw_torch")
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    theirs_cls, theirs_kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(
+        transformers.TrainingArguments(learning_rate=3e-4, adam_beta2=0.95, optim="adamw_torch", use_cpu=True))
+    assert cls is theirs_cls is torch.optim.AdamW and kwargs == theirs_kwargs
+    with pytest.raises(ConfigError, match="built from the model's modules"):
+        Trainer.get_optimizer_cls_and_kwargs(TrainingArguments(optim="lomo"))
