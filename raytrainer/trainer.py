@@ -68,6 +68,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
                  optimizer_cls_and_kwargs: Optional[Tuple[type, Dict[str, Any]]] = None,
                  preprocess_logits_for_metrics: Optional[Callable] = None):
         preflight.launchers.check_not_launched()  # under torchrun & co: refuse in every process, before Ray starts
+        preflight.overrides.check_overrides(type(self), Trainer)  # an HF-only method overridden would never run
         if model is None and model_init is None:
             raise ConfigError("Trainer needs a model: pass model=... or model_init=<a function returning one>.")
         if model is not None and not isinstance(model, torch.nn.Module):

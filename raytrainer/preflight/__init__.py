@@ -4,6 +4,7 @@
 `Trainer` runs them in this order:
 
     launchers.py   Trainer(...): a script started by torchrun, accelerate launch, mpirun or deepspeed
+    overrides.py   Trainer(...): a subclass overriding a method of transformers' Trainer that our loop never calls
     inputs.py      train(): the datasets (map-style, not empty, a Ray Dataset's length), eval_strategy's
                    eval_dataset, on_nonfinite_loss, batch_eval_metrics' compute_metrics, NEFTune's embedding;
                    evaluate() / predict(): their dataset
@@ -17,6 +18,6 @@
 model, the datasets, the cluster or the storage.
 """
 
-from . import inputs, launchers, loss, placement, strategy
+from . import inputs, launchers, loss, overrides, placement, strategy
 
-__all__ = ["inputs", "launchers", "loss", "placement", "strategy"]
+__all__ = ["inputs", "launchers", "loss", "overrides", "placement", "strategy"]
