@@ -60,11 +60,42 @@ def add_parser(commands) -> argparse.ArgumentParser:
     launch.add_argument("--disable_tqdm", action="store_true", default=None, help="log lines instead of a bar")
     launch.add_argument("--fresh", action="store_true",
                         help="do not resume: every Trainer starts from step 0 (its output_dir's checkpoints stay)")
+    add_torchrun_flags(launch)
     launch.add_argument("script", metavar="SCRIPT", help="the training script, as given to torchrun")
     launch.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
                         help="the script's own arguments")
     launch.set_defaults(run=run_launch)
     return launch
+
+
+# torchrun's own flags, which a user moving from `torchrun ... script.py` types out of habit: each is refused with
+# what to write instead (Ray places the workers and makes the process group, so the rendezvous flags have no use).
+TORCHRUN_FLAGS = {
+    ("--nproc_per_node", "--nproc-per-node"): "use --num_workers N, the workers across the whole Ray cluster "
+                                              "(torchrun's --nnodes x --nproc_per_node); Ray places them on the nodes.",
+    ("--nnodes",): "Ray places the workers on the cluster's nodes: give --num_workers (their total, or MIN-MAX for "
+                   "an elastic run) and run the command once, on any node or against RAY_ADDRESS.",
+    ("--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port", "--master-port",
+     "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_backend", "--rdzv-backend", "--rdzv_id", "--rdzv-id"):
+        "Ray Train makes the process group: drop it, and run the command once (on any node, or against "
+        "RAY_ADDRESS) instead of once per node.",
+}
+
+
+class _TorchrunFlag(argparse.Action):
+    def __init__(self, option_strings, dest, fix: str = "", **kwargs):
+        self.fix = fix
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is torchrun's option, not raytrainer launch's: {self.fix}")
+
+
+def add_torchrun_flags(launch: argparse.ArgumentParser) -> None:
+    for names, fix in TORCHRUN_FLAGS.items():
+        launch.add_argument(*names, action=_TorchrunFlag, fix=fix, nargs="?", help=argparse.SUPPRESS)
+    launch.add_argument("--standalone", action=_TorchrunFlag, nargs=0, help=argparse.SUPPRESS,
+                        fix="a local Ray starts by itself when no cluster is named: drop it.")
 
 
 def run_launch(args: argparse.Namespace) -> int:
