@@ -8,6 +8,7 @@ from ..data.ray_data import check_train_length, is_ray_dataset
 from ..data.streaming import is_stream, stream_length
 from ..errors import ConfigError
 from ..worker.batch_metrics import check_compute_metrics
+from ..worker.hooks import WorkerHooks
 from ..worker.neftune import input_embeddings
 from ..worker.nonfinite import POLICIES
 
@@ -48,12 +49,29 @@ def check_stream_length(dataset: Any, args):
                           "when it ends), as transformers requires.")
 
 
+def check_drop_last(dataset: Any, args):
+    """With dataloader_drop_last, a map-style train_dataset smaller than one global micro-batch (at the most
+    workers the run uses) gives no batch at all: the run would end at step 0 (transformers fails on it too, asking
+    for max_steps). Epochs end at the last full global micro-batch (data/sampler.py's epoch_end)."""
+    if not args.dataloader_drop_last or is_ray_dataset(dataset) or is_stream(dataset):
+        return
+    workers = max(args.max_workers, 1)
+    global_micro_batch = args.per_device_train_batch_size * workers
+    if len(dataset) < global_micro_batch:
+        raise ConfigError(f"train_dataset has {len(dataset)} rows, fewer than one micro-batch on every worker "
+                          f"({args.per_device_train_batch_size} x {workers} worker(s) = {global_micro_batch}), and "
+                          "dataloader_drop_last=True drops them: nothing would train. Lower "
+                          "per_device_train_batch_size or num_workers, or set dataloader_drop_last=False.")
+
+
 def check_train_inputs(trainer):
     """train()'s datasets, and the arguments that need a dataset, a model or compute_metrics."""
     args = trainer.args
     if trainer.train_dataset is None:
         raise ConfigError("train() needs a train_dataset: pass Trainer(train_dataset=...).")
     check_dataset(trainer.train_dataset, "train_dataset")
+    if type(trainer).get_train_dataloader is WorkerHooks.get_train_dataloader:  # else the override batches
+        check_drop_last(trainer.train_dataset, args)
     if is_ray_dataset(trainer.train_dataset):
         check_train_length(trainer.train_dataset, args)
     check_stream_length(trainer.train_dataset, args)
