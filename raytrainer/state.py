@@ -84,6 +84,17 @@ class TrainerState:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    def save_to_json(self, json_path: str) -> None:
+        """transformers' method: this state as trainer_state.json is written (a local path)."""
+        with open(json_path, "w", encoding="utf-8") as f:
+            f.write(self.to_json_string())
+
+    @classmethod
+    def load_from_json(cls, json_path: str) -> "TrainerState":
+        """transformers' method: a trainer_state.json read back (a checkpoint's, say; a local path)."""
+        with open(json_path, encoding="utf-8") as f:
+            return cls.from_json_string(f.read())
+
 
 def _json_default(value: Any):
     if isinstance(value, (np.generic,)):

@@ -53,3 +53,15 @@ def test_eval_prediction_unpacks_as_transformers_does():
     p, la = ours
     assert p is preds and la is labels and ours[0] is preds and ours[1] is labels
     assert [x is y for x, y in zip(ours, theirs)] == [True, True]
+
+
+def test_save_to_json_and_load_from_json_as_transformers_names_them(tmp_path):
+    """transformers' TrainerState.save_to_json / load_from_json (scripts read a checkpoint's trainer_state.json
+    with them): ours write what transformers loads, and read what transformers writes."""
+    ours = TrainerState(global_step=7, epoch=1.5, best_metric=0.25, log_history=[{"loss": 1.0, "step": 7}])
+    ours.save_to_json(str(tmp_path / "ours.json"))
+    assert TrainerState.load_from_json(str(tmp_path / "ours.json")) == ours
+    assert transformers.TrainerState.load_from_json(str(tmp_path / "ours.json")).global_step == 7
+    transformers.TrainerState(global_step=3, max_steps=9).save_to_json(str(tmp_path / "theirs.json"))
+    theirs = TrainerState.load_from_json(str(tmp_path / "theirs.json"))
+    assert (theirs.global_step, theirs.max_steps) == (3, 9)

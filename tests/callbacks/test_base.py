@@ -94,3 +94,10 @@ def test_control_points_follow_what_steering_callbacks_listen_to():
     assert handler.control_points() == {"evaluate"}  # an early stopper costs nothing per step
     handler.add(OnSubstep)
     assert handler.control_points() == {"evaluate", "step_end"}
+
+
+def test_every_transformers_callback_method_has_ours_to_call_super_on():
+    """A callback written for transformers calls super().on_<event>(...): each must exist here (on_push_begin
+    was missing)."""
+    theirs = {name for name in vars(transformers.TrainerCallback) if name.startswith("on_")}
+    assert theirs <= {name for name in dir(TrainerCallback) if name.startswith("on_")}
