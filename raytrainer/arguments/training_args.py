@@ -25,6 +25,7 @@ from .choices import DDP_BACKENDS, HUB_STRATEGIES, LOG_LEVELS, MP_CONTEXTS, SAMP
 from .normalise import normalise
 from .process_view import DriverView
 from .scaling import NumWorkers, WorkerRange
+from .setters import Setters
 from .transformers_fields import HF_FIELDS
 
 
@@ -54,7 +55,7 @@ def _refused(name: str, **kw) -> Any:
 # Unions are written with `|` and in transformers' member order: HfArgumentParser picks the command-line type by
 # position, and `typing.Union[...]` may hand back an equal union built elsewhere with its members in another order.
 @dataclass
-class TrainingArguments(DriverView, WorkerRange):
+class TrainingArguments(DriverView, WorkerRange, Setters):
     # --- where things go ---
     output_dir: Optional[str] = _help(
         "Where checkpoints and the final model are written: a local path or any fsspec URL (s3://...). "
