@@ -28,7 +28,7 @@ from ..storage.retry import Retry
 from ..verbosity import notice
 from .damage import CheckpointDamagedError, parsing, verify
 from .listing import TRAINER_STATE_NAME, checkpoint_dirs, remove_partial
-from .manifest import read_manifest
+from .manifest import commit_order, read_manifest
 
 # The trainer a checkpoint without `written_by` is counted as: raytrainer's own loop writes none.
 OWN_TRAINER = "raytrainer.Trainer"
@@ -140,7 +140,7 @@ def _newest_first(candidates: list, index: Optional[int], by_commit_time: bool) 
         candidates = [c for c in candidates if (c.manifest.get("written_by") or {}).get("index") == index]
     if not by_commit_time:
         return candidates  # already by step, highest first
-    return sorted(candidates, key=lambda c: (c.manifest.get("created", ""), c.step), reverse=True)
+    return sorted(candidates, key=lambda c: commit_order(c.manifest, c.step), reverse=True)
 
 
 def _named(requested: str, storage_options: Optional[dict], hf_folders: bool) -> str:

@@ -88,6 +88,12 @@ def read_manifest(ckpt_url: str, storage_options: dict | None = None) -> dict | 
     return manifest if valid else None
 
 
+def commit_order(manifest: dict, step: int) -> tuple:
+    """Sort key of committed checkpoints by when they were committed (the manifest's `created`, UTC ISO, then the
+    step): a run started afresh commits lower steps after a longer earlier run's (choice.py, retention.py)."""
+    return str(manifest.get("created", "")), step
+
+
 def files_match(manifest: dict, files: dict[str, int]) -> bool:
     """Every file the manifest lists is present with its listed size (extra files are allowed)."""
     return size_problem(manifest, files) is None

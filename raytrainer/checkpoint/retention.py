@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..storage import basename
 from .listing import best_checkpoint_name, checkpoint_dirs
-from .manifest import delete, files_match, list_files, read_manifest
+from .manifest import commit_order, delete, files_match, list_files, read_manifest
 
 
 def rotate(output_dir: str, save_total_limit: int | None, best_url: str | None = None,
@@ -57,8 +57,8 @@ def _in_commit_order(output_dir: str, storage_options: dict | None) -> list[str]
     for step, url in checkpoint_dirs(output_dir, storage_options):
         manifest = read_manifest(url, storage_options)
         if manifest is not None and files_match(manifest, list_files(url, storage_options)):
-            found.append((str(manifest.get("created", "")), step, url))
-    return [url for _, _, url in sorted(found)]
+            found.append((commit_order(manifest, step), url))
+    return [url for _, url in sorted(found)]
 
 
 def keep_only_best(output_dir: str, best_url: str, storage_options: dict | None = None) -> list[str]:
