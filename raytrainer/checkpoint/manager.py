@@ -179,13 +179,9 @@ class CheckpointManager:
         newest is deleted too (rank 0, after `wait`: the last write is committed; under the run's lease)."""
         if not (self.ctx.is_main and self.trainer.args.save_total_limit == 1 and best_url):
             return
-        try:
-            self._check_lease()
-            self.retry.call(lambda: retention.keep_only_best(self.output_dir, best_url, self.storage_options),
-                            self.output_dir, "keeping only the best checkpoint (save_total_limit=1)")
-        except Exception as exc:  # noqa: BLE001 (the training is done: a checkpoint left over loses nothing)
-            logger.warning("save_total_limit=1: the checkpoints other than the best stay under %s (%s)",
-                           self.output_dir, exc)
+        retention.end_keeping_only_best(
+            self.output_dir, best_url, self.storage_options, self._check_lease,
+            lambda fn: self.retry.call(fn, self.output_dir, "keeping only the best checkpoint (save_total_limit=1)"))
 
     # ------------------------------------------------------------------ resuming
     def find_resume_url(self, requested: Optional[str]) -> Optional[str]:

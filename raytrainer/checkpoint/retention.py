@@ -13,9 +13,14 @@ counted against the limit either (`listing.remove_partial` cleans them up when n
 
 from __future__ import annotations
 
+import logging
+from typing import Callable
+
 from ..storage import basename
 from .listing import best_checkpoint_name, checkpoint_dirs
 from .manifest import commit_order, delete, files_match, list_files, read_manifest
+
+logger = logging.getLogger("raytrainer")
 
 
 def rotate(output_dir: str, save_total_limit: int | None, best_url: str | None = None,
@@ -72,3 +77,15 @@ def keep_only_best(output_dir: str, best_url: str, storage_options: dict | None 
     for url in deleted:
         delete(url, storage_options)
     return deleted
+
+
+def end_keeping_only_best(output_dir: str, best_url: str, storage_options: dict | None,
+                          check_lease: Callable[[], None], call: Callable = lambda fn: fn()) -> None:
+    """`keep_only_best` once training is done (the own loop's rank 0, the hosted mode's remote copies), after
+    `check_lease` (the run's lease still ours), through `call` (a storage retry): any failure is a warning, since
+    a checkpoint left over loses nothing."""
+    try:
+        check_lease()
+        call(lambda: keep_only_best(output_dir, best_url, storage_options))
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("save_total_limit=1: the checkpoints other than the best stay under %s (%s)", output_dir, exc)

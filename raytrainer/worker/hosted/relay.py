@@ -19,7 +19,6 @@ read at the step's `on_step_end`; once agreed, every rank asks HF to save at tha
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 
@@ -28,13 +27,11 @@ from transformers import TrainerCallback
 from ...callbacks.base import CONTROL_FLAGS
 from ...checkpoint import hf_dirs, lease
 from ...checkpoint.listing import checkpoint_name
-from ...checkpoint.retention import keep_only_best, rotate
+from ...checkpoint.retention import end_keeping_only_best, rotate
 from ...state import OWN_STATE_KEY
 from ...storage import is_local, join
 from ..loop_events import LoopEvents
 from ..watchdog import current as current_watchdog
-
-logger = logging.getLogger("raytrainer")
 
 # The HF events a hosted Trainer reports whatever the driver's callbacks listen to: progress, logs and the
 # run's records need them. Others (step_begin, substep_end, ...) only when a driver callback listens.
@@ -160,11 +157,7 @@ class Relay(TrainerCallback):
         run_url, best = host.url_of(self.trainer), host.url_for(best)
         if not is_local(run_url) and host.ctx.is_main:
             options = host.order.storage_options
-            try:
-                lease.check_held(run_url, host.order.run_id, options)
-                keep_only_best(run_url, best, options)
-            except Exception as exc:  # noqa: BLE001 (the training is done: a copy left over loses nothing)
-                logger.warning("save_total_limit=1: the copies other than the best stay under %s (%s)", run_url, exc)
+            end_keeping_only_best(run_url, best, options, lambda: lease.check_held(run_url, host.order.run_id, options))
         self.checkpoint = best
 
     def on_save(self, args, state, control, **kwargs):
