@@ -97,6 +97,7 @@ class HostedTrainer(CallbackMethods):
         if result.runs:
             run_record = result.runs[-1]
             self.state = TrainerState.from_json_string(run_record["state"])  # rank 0's, best named by its URL
+            self.state.log_history = list(run_record["log_history"])
             self.callback_handler.state = self.state
         return result.value
 

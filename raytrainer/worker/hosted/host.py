@@ -162,15 +162,15 @@ class Host:
     def record(self, trainer, relay_checkpoint: Optional[str], stopped: Optional[str] = None):
         """`stopped`: "interrupt" or "preemption" when a stop ended this train() at a saved step."""
         state = trainer.state
-        # The whole TrainerState for the driver's `trainer.state` (best_model_checkpoint, best_metric, epoch, ...),
-        # the best named by the output_dir's URL, not by a worker's staging folder.
-        whole = dataclasses.asdict(state)  # HF's state: what its save_to_json writes
-        if whole.get("best_model_checkpoint"):
-            whole["best_model_checkpoint"] = self.url_for(whole["best_model_checkpoint"])
+        # The rest of the TrainerState for the driver's `trainer.state` (best_model_checkpoint, best_metric, epoch,
+        # ...; log_history travels once, beside it), the best named by the output_dir's URL, not a staging folder.
+        rest = {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "log_history"}
+        if rest.get("best_model_checkpoint"):
+            rest["best_model_checkpoint"] = self.url_for(rest["best_model_checkpoint"])
         self.runs.append({"trainer": _class_name(trainer), "index": self.trainers.index(trainer),
                           "output_dir": self.url_of(trainer), "global_step": state.global_step,
                           "checkpoint": relay_checkpoint, "log_history": list(state.log_history),
-                          "state": json.dumps(whole), "stopped": stopped})
+                          "state": json.dumps(rest), "stopped": stopped})
 
 
 def _class_name(trainer) -> str:
