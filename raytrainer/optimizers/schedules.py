@@ -67,11 +67,14 @@ def _linear(step: int, *, num_warmup_steps: int, num_training_steps: int) -> flo
     return max(0.0, float(num_training_steps - step) / float(max(1, num_training_steps - num_warmup_steps)))
 
 
-def _cosine(step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float) -> float:
+def _cosine(step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float,
+            min_lr_rate: float = 0.0) -> float:
+    """"cosine", and "cosine_with_min_lr" with its floor (x * 1.0 + 0.0 is x: "cosine"'s factors exactly)."""
     if step < num_warmup_steps:
         return _warmup(step, num_warmup_steps)
     progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
-    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
+    factor = 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress))
+    return max(0.0, factor * (1 - min_lr_rate) + min_lr_rate)
 
 
 def _polynomial(step: int, *, num_warmup_steps: int, num_training_steps: int, lr_end: float, power: float,
@@ -98,15 +101,6 @@ def _inverse_sqrt(step: int, *, num_warmup_steps: int, timescale: int) -> float:
     if step < num_warmup_steps:
         return _warmup(step, num_warmup_steps)
     return 1.0 / math.sqrt((step + timescale - num_warmup_steps) / timescale)
-
-
-def _cosine_with_min_lr(step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float,
-                        min_lr_rate: float) -> float:
-    if step < num_warmup_steps:
-        return _warmup(step, num_warmup_steps)
-    progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
-    factor = 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress))
-    return max(0.0, factor * (1 - min_lr_rate) + min_lr_rate)
 
 
 def _cosine_warmup_with_min_lr(step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float,
@@ -209,7 +203,7 @@ def create_scheduler(optimizer: torch.optim.Optimizer, args: TrainingArguments,
                                       timescale=extra["timescale"] or warmup or 10_000)
     elif name in ("cosine_with_min_lr", "cosine_warmup_with_min_lr"):
         rate = _min_lr_rate(extra, optimizer.defaults["lr"], name)
-        shape = _cosine_with_min_lr if name == "cosine_with_min_lr" else _cosine_warmup_with_min_lr
+        shape = _cosine if name == "cosine_with_min_lr" else _cosine_warmup_with_min_lr
         lr_lambda = functools.partial(shape, num_warmup_steps=warmup, num_training_steps=num_training_steps,
                                       min_lr_rate=rate, **extra)
     elif name == "warmup_stable_decay":
