@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..data.ray_data import check_train_length, is_ray_dataset
+from ..data.sampler import epoch_end
 from ..data.streaming import is_stream, stream_length
 from ..errors import ConfigError
 from ..worker.batch_metrics import check_compute_metrics
@@ -57,7 +58,7 @@ def check_drop_last(dataset: Any, args):
         return
     workers = max(args.max_workers, 1)
     global_micro_batch = args.per_device_train_batch_size * workers
-    if len(dataset) < global_micro_batch:
+    if epoch_end(len(dataset), global_micro_batch, drop_last=True) == 0:
         raise ConfigError(f"train_dataset has {len(dataset)} rows, fewer than one micro-batch on every worker "
                           f"({args.per_device_train_batch_size} x {workers} worker(s) = {global_micro_batch}), and "
                           "dataloader_drop_last=True drops them: nothing would train. Lower "
