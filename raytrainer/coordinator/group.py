@@ -125,12 +125,32 @@ def _group_trainer_class(keeps_cleaner: bool):
                 ray.get(controller.run.remote())
                 return ray.get(controller.get_result.remote())
             finally:
-                try:
-                    ray.kill(controller)
-                except Exception:  # noqa: BLE001 (Ray shut down under the group: nothing left to kill)
-                    pass
+                kill_and_wait(controller)
 
     return GroupTrainer
+
+
+def kill_and_wait(actor, timeout_s: float = 10.0) -> None:
+    """`ray.kill`, then hold the handle until the actor is seen dead. `ray.kill` only sends the request: had
+    the handle gone at once, the owner's report that no reference is left could reach Ray first, and the actor
+    would take the graceful exit that `ray.kill` is there to avoid. A call to the actor fails once Ray has it
+    dead (one that the actor still answers was ahead of the kill: ask again); bounded, since a Ray shutting
+    down under us answers nothing."""
+    import time
+
+    import ray
+
+    try:
+        ray.kill(actor)
+    except Exception:  # noqa: BLE001 (Ray shut down under the group: nothing left to kill)
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=max(deadline - time.monotonic(), 0.01))
+        except Exception:  # noqa: BLE001 (RayActorError: dead as asked; a timeout or a Ray gone: nothing to wait on)
+            return
+        time.sleep(0.05)
 
 
 def driver_is_a_ray_worker() -> bool:
@@ -301,7 +321,7 @@ class WorkerGroup:
                 self._controller = self.controller()
             if self._controller is not None:
                 self._abort_gracefully()
-                ray.kill(self._controller)  # its workers go with it; its placement group: _fit's error path
+                kill_and_wait(self._controller)  # its workers go with it; its placement group: _fit's error path
         except Exception:  # noqa: BLE001 (a dead sink or controller: nothing left to stop)
             pass
 
@@ -351,7 +371,4 @@ class WorkerGroup:
 
         if not ray.is_initialized():  # after ray.shutdown(): a Ray call here would start a new Ray
             return
-        try:
-            ray.kill(self.sink)
-        except Exception:  # noqa: BLE001
-            pass
+        kill_and_wait(self.sink)
