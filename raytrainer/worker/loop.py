@@ -396,14 +396,16 @@ class TrainLoop:
     # ------------------------------------------------------------------ when due: log, evaluate, save
     def _maybe_log_evaluate_save(self, state: TrainerState, control: TrainerControl) -> TrainerControl:
         """HF's order after a step: log, evaluate, save; each when its interval is due or a callback asked.
-        A run that stops early (a callback's should_training_stop) saves a final checkpoint."""
+        The run's last step evaluates (eval_strategy="steps") and saves (save_strategy="steps") whether or not
+        it falls on the interval, as transformers 5's DefaultFlowCallback does; a run that stops early (a
+        callback's should_training_stop) saves a final checkpoint."""
         args, step = self.args, state.global_step
         if control.should_log or (args.logging_strategy == "steps" and step % state.logging_steps == 0) or (
                 args.logging_first_step and step == 1):
             control = self._log(state)
         evaluated = False
-        if control.should_evaluate or (args.eval_strategy == "steps" and step % state.eval_steps == 0
-                                       and step >= args.eval_delay):
+        if control.should_evaluate or (args.eval_strategy == "steps" and step >= args.eval_delay and (
+                step % state.eval_steps == 0 or step >= state.max_steps)):
             control, evaluated = self._evaluate(state), True
         last = step >= state.max_steps or control.should_training_stop
         if (control.should_save or (args.save_strategy == "steps" and (step % state.save_steps == 0 or last))

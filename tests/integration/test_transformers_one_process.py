@@ -24,7 +24,7 @@ ROWS = 27  # 4 batches of 8, the last of 3: 5 steps cross an epoch boundary
 
 
 def run(trainer_class, args_class, tmp_path, make_model, model_init=False, family="bert_classifier",
-        **extra) -> dict:
+        eval_rows=False, **extra) -> dict:
     common = dict(output_dir=str(tmp_path / trainer_class.__module__.split(".")[0]), per_device_train_batch_size=8,
                   max_steps=5, learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to="none",
                   disable_tqdm=True, seed=0, **extra)
@@ -34,11 +34,13 @@ def run(trainer_class, args_class, tmp_path, make_model, model_init=False, famil
         args = args_class(use_cpu=True, **common)
     rows = tiny_rows(family, n=ROWS)
     model_args = {"model_init": make_model} if model_init else {"model": make_model()}
-    trainer = trainer_class(args=args, train_dataset=rows, data_collator=DefaultCollator(), **model_args)
+    trainer = trainer_class(args=args, train_dataset=rows, data_collator=DefaultCollator(),
+                            eval_dataset=rows if eval_rows else None, **model_args)
     trainer.train()
     evaluation = trainer.evaluate(rows)
     return {"logs": [{k: h[k] for k in LOGGED if k in h} for h in trainer.state.log_history if "loss" in h],
-            "weights": weights(trainer.model), "evaluation": evaluation, "trainer": trainer}
+            "weights": weights(trainer.model), "evaluation": evaluation, "trainer": trainer,
+            "evaluations": [(h["step"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]}
 
 
 def both(tmp_path, make_model, **kwargs):
@@ -78,6 +80,16 @@ def test_a_model_init_that_reseeds_sets_the_data_order_as_in_transformers(tmp_pa
         return tiny_model("bert_classifier", seed=7)
 
     assert_same(*both(tmp_path, reseeding, model_init=True))
+
+
+def test_the_last_step_evaluates_off_the_interval_as_in_transformers(tmp_path):
+    """transformers 5 evaluates at the run's last step when eval_steps does not divide it (5 steps, every 2)."""
+    ours, theirs = both(tmp_path, lambda: tiny_model("bert_classifier"), eval_rows=True, eval_strategy="steps",
+                        eval_steps=2)
+    assert_same(ours, theirs)
+    assert [step for step, _ in ours["evaluations"]] == [step for step, _ in theirs["evaluations"]] == [2, 4, 5, 5]
+    for (_, mine), (_, reference) in zip(ours["evaluations"], theirs["evaluations"]):
+        assert mine == pytest.approx(reference, rel=1e-6)
 
 
 def test_gradient_checkpointing_stays_on_the_trained_model_and_log_metrics_prints_alike(tmp_path, capsys):
