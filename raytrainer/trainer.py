@@ -198,10 +198,10 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
             self._connect(ds)
             result = self._dispatch(EvaluateOrder(dataset=ds, prefix=prefix, ignore_keys=ignore_keys,
                                              **self._worker_settings()))
+            # As HF, for each dataset: its metrics are logged (log_history, on_log), then on_evaluate.
+            self.log(result.metrics)  # on the driver: to its callbacks and log_history (an override sees it)
+            self.callback_handler.handle({"kind": "evaluate", "metrics": result.metrics})
             metrics.update(result.metrics)
-        # As HF: the metrics are logged (log_history, on_log), then on_evaluate.
-        self.log(metrics)  # on the driver: to its callbacks and log_history (an override of `log` sees it)
-        self.callback_handler.handle({"kind": "evaluate", "metrics": metrics})
         return metrics
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test") -> PredictionOutput:

@@ -77,8 +77,8 @@ def _run_job(trainer, order: WorkOrder, ctx: WorkerContext, emitter: Emitter, on
         output = evaluation_loop(trainer, dataloader, ignore_keys=order.ignore_keys,
                                  metric_key_prefix=order.prefix, on_step=events.emit)
         return EvaluateResult(output.metrics) if ctx.is_main else None
-    output = evaluation_loop(trainer, trainer.get_test_dataloader(order.dataset),
-                             prediction_loss_only=False, ignore_keys=order.ignore_keys,
+    # prediction_loss_only=True gives predict() the loss alone (predictions and labels None), as in HF.
+    output = evaluation_loop(trainer, trainer.get_test_dataloader(order.dataset), ignore_keys=order.ignore_keys,
                              metric_key_prefix=order.prefix, on_step=events.emit, keep_predictions=True)
     return PredictResult(output) if ctx.is_main else None
 

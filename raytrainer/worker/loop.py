@@ -484,16 +484,19 @@ class TrainLoop:
         self.watch.phase("evaluation")
         self._optimizer_mode("eval")
         datasets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {None: trainer.eval_dataset}
-        metrics = {}
-        for name, dataset in datasets.items():
-            prefix = "eval" if name is None else f"eval_{name}"
-            # Through the trainer's `evaluate`, as HF: a subclass's override runs for these evaluations too.
-            metrics.update(trainer.evaluate(dataset, metric_key_prefix=prefix))
+        # Through the trainer's `evaluate`, as HF: a subclass's override runs for these evaluations too.
+        results = [trainer.evaluate(dataset, metric_key_prefix="eval" if name is None else f"eval_{name}")
+                   for name, dataset in datasets.items()]
         self._optimizer_mode("train")
-        metrics.update(epoch=state.epoch)
-        self._update_best(state, metrics)
-        self._record(state, metrics)  # as in HF, evaluation metrics are logged, then on_evaluate
-        return self.events.fire("evaluate", metrics={**metrics, "step": state.global_step})
+        for metrics in results:
+            metrics.update(epoch=state.epoch)
+        self._update_best(state, {key: value for metrics in results for key, value in metrics.items()})
+        # As HF's evaluate of each dataset (a dict of eval datasets is one evaluate per dataset): its metrics
+        # logged (a record in log_history, on_log), then its on_evaluate.
+        for metrics in results:
+            self._record(state, metrics)
+            control = self.events.fire("evaluate", metrics=metrics)
+        return control
 
     def evaluate_here(self, dataset, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         """`Trainer.evaluate` called inside the run (by the loop, or by the user's override): this group's

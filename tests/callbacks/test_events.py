@@ -56,7 +56,7 @@ def test_every_event_reaches_a_driver_callback_once_whatever_the_world_size(tmp_
     assert counts[0]["substep_end"] == 2 * 4
     assert counts[0]["train_begin"] == counts[0]["train_end"] == counts[0]["init_end"] == 1
     assert counts[0]["epoch_begin"] == counts[0]["epoch_end"] == 2
-    assert counts[0]["evaluate"] == 3 + 1 and counts[0]["predict"] == 1  # steps 3, 6, 9 + evaluate()
+    assert counts[0]["evaluate"] == 4 + 1 and counts[0]["predict"] == 1  # steps 3, 6, 9, the last (10) + evaluate()
     assert counts[0]["save"] == 3  # steps 4, 8 and the last (10)
     assert counts[0]["prediction_step"] > 0
 

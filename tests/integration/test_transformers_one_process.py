@@ -34,13 +34,15 @@ def run(trainer_class, args_class, tmp_path, make_model, model_init=False, famil
         args = args_class(use_cpu=True, **common)
     rows = tiny_rows(family, n=ROWS)
     model_args = {"model_init": make_model} if model_init else {"model": make_model()}
-    trainer = trainer_class(args=args, train_dataset=rows, data_collator=DefaultCollator(),
-                            eval_dataset=rows if eval_rows else None, **model_args)
+    evals = {"all": rows, "head": tiny_rows(family, n=7)} if eval_rows == "dict" else rows if eval_rows else None
+    trainer = trainer_class(args=args, train_dataset=rows, data_collator=DefaultCollator(), eval_dataset=evals,
+                            **model_args)
     trainer.train()
     evaluation = trainer.evaluate(rows)
     return {"logs": [{k: h[k] for k in LOGGED if k in h} for h in trainer.state.log_history if "loss" in h],
             "weights": weights(trainer.model), "evaluation": evaluation, "trainer": trainer,
-            "evaluations": [(h["step"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]}
+            "evaluations": [(h["step"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h],
+            "records": [h for h in trainer.state.log_history if "loss" not in h]}
 
 
 def both(tmp_path, make_model, **kwargs):
@@ -90,6 +92,54 @@ def test_the_last_step_evaluates_off_the_interval_as_in_transformers(tmp_path):
     assert [step for step, _ in ours["evaluations"]] == [step for step, _ in theirs["evaluations"]] == [2, 4, 5, 5]
     for (_, mine), (_, reference) in zip(ours["evaluations"], theirs["evaluations"]):
         assert mine == pytest.approx(reference, rel=1e-6)
+
+
+def test_a_dict_of_eval_datasets_is_logged_and_reported_per_dataset_as_in_transformers(tmp_path):
+    """transformers evaluates a dict of eval datasets one evaluate() each: a log_history record and an
+    on_evaluate per dataset, during training and in evaluate()."""
+    class Seen(transformers.TrainerCallback):
+        def __init__(self):
+            self.metrics = []
+
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            self.metrics.append(sorted(k for k in metrics if not k.endswith(("runtime", "per_second"))))
+
+    runs = {}
+    for name, (trainer_class, args_class) in {"ours": (Trainer, TrainingArguments), "theirs": (
+            transformers.Trainer, transformers.TrainingArguments)}.items():
+        seen = Seen()
+        common = dict(output_dir=str(tmp_path / name), per_device_train_batch_size=8, max_steps=4, eval_steps=2,
+                      eval_strategy="steps", learning_rate=1e-3, logging_steps=1, save_strategy="no",
+                      report_to="none", disable_tqdm=True, seed=0)
+        args = args_class(num_workers=0, **common) if args_class is TrainingArguments else args_class(
+            use_cpu=True, **common)
+        rows = tiny_rows("bert_classifier", n=ROWS)
+        trainer = trainer_class(model=tiny_model("bert_classifier"), args=args, train_dataset=rows,
+                                eval_dataset={"all": rows, "head": tiny_rows("bert_classifier", n=7)},
+                                data_collator=DefaultCollator(), callbacks=[seen])
+        trainer.train()
+        returned = trainer.evaluate()
+        records = [h for h in trainer.state.log_history if "loss" not in h and "train_loss" not in h]
+        runs[name] = (records, seen.metrics, returned)
+    (ours, our_calls, our_metrics), (theirs, their_calls, their_metrics) = runs["ours"], runs["theirs"]
+    assert [(h["step"], sorted(k for k in h if "eval_" in k and not k.endswith(("runtime", "per_second"))))
+            for h in ours] == [(h["step"], sorted(k for k in h if "eval_" in k and not k.endswith((
+                "runtime", "per_second")))) for h in theirs]
+    assert [h["step"] for h in ours] == [2, 2, 4, 4, 4, 4]
+    assert our_calls == their_calls and len(our_calls) == 6
+    for mine, reference in zip(ours, theirs):
+        for key in ("eval_all_loss", "eval_head_loss"):
+            if key in reference:
+                assert mine[key] == pytest.approx(reference[key], rel=1e-6)
+    assert {k for k in our_metrics if "eval_" in k} == {k for k in their_metrics if "eval_" in k}
+
+
+def test_predict_with_prediction_loss_only_returns_the_loss_alone_as_transformers(tmp_path):
+    ours, theirs = both(tmp_path, lambda: tiny_model("bert_classifier"), prediction_loss_only=True)
+    rows = tiny_rows("bert_classifier", n=11)
+    mine, reference = ours["trainer"].predict(rows), theirs["trainer"].predict(rows)
+    assert (mine.predictions, mine.label_ids, reference.predictions, reference.label_ids) == (None,) * 4
+    assert mine.metrics["test_loss"] == pytest.approx(reference.metrics["test_loss"], rel=1e-6)
 
 
 def test_gradient_checkpointing_stays_on_the_trained_model_and_log_metrics_prints_alike(tmp_path, capsys):
