@@ -192,7 +192,7 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
                               "evaluate(eval_dataset=...).")
         datasets = dataset if isinstance(dataset, dict) else {None: dataset}
         metrics = {}
-        for name, ds in datasets.items():
+        for index, (name, ds) in enumerate(datasets.items()):
             preflight.inputs.check_dataset(ds, "eval_dataset")
             prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
             self._connect(ds)
@@ -200,7 +200,8 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
                                              **self._worker_settings()))
             # As HF, for each dataset: its metrics are logged (log_history, on_log), then on_evaluate.
             self.log(result.metrics)  # on the driver: to its callbacks and log_history (an override sees it)
-            self.callback_handler.handle({"kind": "evaluate", "metrics": result.metrics})
+            self.callback_handler.handle({"kind": "evaluate", "metrics": result.metrics,
+                                          "eval_datasets_left": len(datasets) - 1 - index})
             metrics.update(result.metrics)
         return metrics
 

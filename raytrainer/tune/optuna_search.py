@@ -16,7 +16,7 @@ from .. import storage
 from ..callbacks.base import TrainerCallback
 from ..errors import ConfigError
 from .hf_names import BestRun
-from .report import objective_of
+from .report import WholeEvaluation, objective_of
 from .trial import TrialRecipe, run_name, trial_trainer
 
 OPTIMIZE_KWARGS = ("timeout", "n_jobs", "gc_after_trial", "catch")  # study.optimize's, as transformers takes them
@@ -34,11 +34,13 @@ class OptunaReport(TrainerCallback):
         self.prunes = prunes
         self.objective = None
         self.pruned = False
+        self.evaluation = WholeEvaluation()
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.pruned:
+        whole = self.evaluation.add(metrics, kwargs)
+        if self.pruned or whole is None:
             return
-        _, self.objective = objective_of(self.compute_objective, metrics)  # as report.TuneReport's
+        _, self.objective = objective_of(self.compute_objective, whole)  # as report.TuneReport's
         if not self.prunes:
             return
         self.trial.report(self.objective, state.global_step)

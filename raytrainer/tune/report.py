@@ -48,9 +48,8 @@ def default_compute_objective(metrics: Dict[str, float]) -> float:
 
 
 def objective_of(compute_objective: Callable[[Dict[str, float]], Any], metrics: Optional[Dict[str, Any]]):
-    """An evaluation's metrics as transformers' evaluate() returns them (without the log record's "step", which
-    the loop's log adds: default_compute_objective would sum it into the objective), and their objective."""
-    metrics = {k: v for k, v in (metrics or {}).items() if k != "step"}
+    """An evaluation's metrics as transformers' evaluate() returns them, and their objective."""
+    metrics = dict(metrics or {})
     return metrics, compute_objective(dict(metrics))
 
 
@@ -61,6 +60,23 @@ def tune_metrics(metrics: Dict[str, Any], objective: float, step: int, epoch: Op
     if epoch is not None:
         out["epoch"] = float(epoch)
     return out
+
+
+class WholeEvaluation:
+    """The metrics of every eval dataset of one evaluation, once its last on_evaluate came: a dict of eval
+    datasets is one on_evaluate each (as transformers' evaluate), and transformers reports their merged metrics
+    to the search. `eval_datasets_left` (raytrainer's events) says how many are still to come."""
+
+    def __init__(self):
+        self._so_far: Dict[str, Any] = {}
+
+    def add(self, metrics: Optional[Dict[str, Any]], kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The whole evaluation's metrics after its last dataset's on_evaluate; None before."""
+        self._so_far.update(metrics or {})
+        if kwargs.get("eval_datasets_left", 0):
+            return None
+        whole, self._so_far = self._so_far, {}
+        return whole
 
 
 class TuneReport(TrainerCallback):
@@ -79,10 +95,12 @@ class TuneReport(TrainerCallback):
         self.reported = 0
         self.stopped = False
         self.last: Optional[Dict[str, Any]] = None
+        self.evaluation = WholeEvaluation()
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if not self.stopped:  # a stopped trial reports nothing more (Tune has closed its session)
-            self.send(self.result_of(state, metrics), control)
+        whole = self.evaluation.add(metrics, kwargs)
+        if whole is not None and not self.stopped:  # a stopped trial reports nothing more (its session closed)
+            self.send(self.result_of(state, whole), control)
 
     def result_of(self, state, metrics) -> Dict[str, Any]:
         metrics, objective = objective_of(self.compute_objective, metrics)
@@ -136,8 +154,9 @@ class TuneReportAtCommit(TuneReport):
         self.pending: Dict[int, Dict[str, Any]] = {}
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if not self.stopped:
-            self.pending[state.global_step] = self.result_of(state, metrics)
+        whole = self.evaluation.add(metrics, kwargs)
+        if whole is not None and not self.stopped:
+            self.pending[state.global_step] = self.result_of(state, whole)
 
     def on_save(self, args, state, control, checkpoint=None, **kwargs):
         # The save event's step is its checkpoint's (state.global_step may be later: num_workers=0).

@@ -492,10 +492,11 @@ class TrainLoop:
             metrics.update(epoch=state.epoch)
         self._update_best(state, {key: value for metrics in results for key, value in metrics.items()})
         # As HF's evaluate of each dataset (a dict of eval datasets is one evaluate per dataset): its metrics
-        # logged (a record in log_history, on_log), then its on_evaluate.
-        for metrics in results:
+        # logged (a record in log_history, on_log), then its on_evaluate; `eval_datasets_left` tells a callback
+        # that needs the whole evaluation (Tune's report, as transformers reports the merged metrics) when it has it.
+        for index, metrics in enumerate(results):
             self._record(state, metrics)
-            control = self.events.fire("evaluate", metrics=metrics)
+            control = self.events.fire("evaluate", metrics=metrics, eval_datasets_left=len(results) - 1 - index)
         return control
 
     def evaluate_here(self, dataset, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:

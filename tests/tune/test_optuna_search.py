@@ -37,9 +37,9 @@ def test_a_prune_stops_the_run_at_that_evaluation():
     trial = FakeTrial(prune_at=4)
     report = OptunaReport(trial, default_compute_objective)
     control = TrainerControl()
-    report.on_evaluate(None, state_at(2), control, metrics={"eval_loss": 3.0, "epoch": 0.5, "step": 2})
+    report.on_evaluate(None, state_at(2), control, metrics={"eval_loss": 3.0, "epoch": 0.5})
     assert trial.reports == [(2, 3.0)] and not control.should_training_stop and report.objective == 3.0
-    report.on_evaluate(None, state_at(4), control, metrics={"eval_loss": 2.0, "step": 4})
+    report.on_evaluate(None, state_at(4), control, metrics={"eval_loss": 2.0})
     assert report.pruned and control.should_training_stop and trial.reports[-1] == (4, 2.0)
     report.on_evaluate(None, state_at(6), TrainerControl(), metrics={"eval_loss": 1.0})
     assert len(trial.reports) == 2  # nothing after the prune

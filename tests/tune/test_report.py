@@ -37,13 +37,21 @@ def test_an_evaluation_reports_its_metrics_the_objective_and_the_step():
     assert report.last == sent[0]
 
 
-def test_the_log_records_step_is_not_summed_into_the_default_objective():
-    """The loop's log adds "step" to the evaluation's metrics: transformers' default objective (the loss alone,
-    when no other metric is there) would otherwise be loss + step."""
+def test_an_evaluation_of_several_datasets_is_reported_once_with_all_their_metrics():
+    """A dict of eval datasets is one on_evaluate each (as transformers' evaluate): Tune gets their merged
+    metrics once, after the last, as transformers' Ray backend reports them."""
     sent = []
-    TuneReport(default_compute_objective, report=sent.append).on_evaluate(
-        None, state_at(6), TrainerControl(), metrics={**METRICS, "step": 6})
-    assert sent[0][OBJECTIVE] == 2.5 and sent[0]["step"] == 6
+    report = TuneReport(lambda m: m["eval_a_loss"] + m["eval_b_loss"], report=sent.append)
+    report.on_evaluate(None, state_at(6, 1.0), TrainerControl(), metrics={"eval_a_loss": 2.0, "epoch": 1.0},
+                       eval_datasets_left=1)
+    assert sent == []
+    report.on_evaluate(None, state_at(6, 1.0), TrainerControl(), metrics={"eval_b_loss": 0.5, "epoch": 1.0},
+                       eval_datasets_left=0)
+    assert sent == [{"eval_a_loss": 2.0, "eval_b_loss": 0.5, "epoch": 1.0, OBJECTIVE: 2.5, "step": 6}]
+    for name, loss, left in (("eval_a_loss", 1.0, 1), ("eval_b_loss", 0.25, 0)):  # the next evaluation afresh
+        report.on_evaluate(None, state_at(8, 1.5), TrainerControl(), metrics={name: loss, "epoch": 1.5},
+                           eval_datasets_left=left)
+    assert sent[1] == {"eval_a_loss": 1.0, "eval_b_loss": 0.25, "epoch": 1.5, OBJECTIVE: 1.25, "step": 8}
 
 
 def test_a_user_objective_is_given_the_metrics():
