@@ -59,6 +59,13 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
     _trial: Optional[dict] = None
     _trial_name: Optional[str] = None
 
+    def __getattr__(self, name: str):
+        # Reached only for an attribute the Trainer lacks: one of transformers' internal steps, called by a subclass
+        # written for transformers, gets the ways on instead of a bare AttributeError.
+        if name in preflight.overrides.HF_ONLY:
+            raise preflight.overrides.not_here(type(self).__name__, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __init__(self, model: Optional[torch.nn.Module] = None, args: Optional[TrainingArguments] = None,
                  data_collator: Optional[Callable] = None, train_dataset=None,
                  eval_dataset: Union[Any, Dict[str, Any], None] = None, processing_class=None,

@@ -5,7 +5,8 @@ started.md, "Subclass hooks run on every worker"). HF's internal steps (`_inner_
 `evaluation_loop`, `_save_checkpoint`, ...) have no counterpart there: an override of one would never run, and
 the run would go on without what it changes (a custom evaluation's metrics, a save's extra files). So the
 subclass is refused when it is built, naming the methods and the two ways on: override one of raytrainer's
-hooks instead, or keep HF's loop by running the subclass of `transformers.Trainer` hosted.
+hooks instead, or keep HF's loop by running the subclass of `transformers.Trainer` hosted. A call of one of them
+(from a method the subclass overrides legitimately) fails with the same two ways on.
 
 Checked when a Trainer is built, before anything is spent.
 """
@@ -41,7 +42,17 @@ def check_overrides(trainer_class: type, base: type) -> None:
         raise ConfigError(
             f"{trainer_class.__name__} overrides {', '.join(overridden)}: transformers' Trainer calls "
             f"{'them' if len(overridden) > 1 else 'it'}, raytrainer's loop never does, so the override would not "
-            "run. Override raytrainer's hooks instead (compute_loss, training_step, prediction_step, "
-            "create_optimizer, create_scheduler, get_train_dataloader, get_eval_dataloader, log; "
-            "docs/getting-started.md), or keep transformers' loop: subclass transformers.Trainer and run it "
-            "with raytrainer.hosted(...) or `raytrainer launch` (docs/hosted.md).")
+            f"run. {WAYS_ON}")
+
+
+def not_here(trainer_class_name: str, name: str) -> AttributeError:
+    """What a call of one of these methods gets: a subclass written for transformers calls them too
+    (transformers' question-answering example's `evaluate` calls `self.evaluation_loop`)."""
+    return AttributeError(f"{trainer_class_name} has no {name}: it is a step of transformers' own loop, which "
+                          f"raytrainer's Trainer replaces with its loop on the workers. {WAYS_ON}")
+
+
+WAYS_ON = ("Override raytrainer's hooks instead (compute_loss, training_step, prediction_step, create_optimizer, "
+           "create_scheduler, get_train_dataloader, get_eval_dataloader, log; docs/getting-started.md), or keep "
+           "transformers' loop: subclass transformers.Trainer and run it with raytrainer.hosted(...) or "
+           "`raytrainer launch` (docs/hosted.md).")

@@ -10,7 +10,7 @@ import pytest
 from raytrainer import Seq2SeqTrainer, Trainer, TrainingArguments
 from raytrainer.errors import ConfigError
 from raytrainer.preflight.overrides import HF_ONLY
-from tests.models import make_model
+from tests.models import TokenData, make_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,3 +52,18 @@ def test_raytrainers_hooks_may_be_overridden():
             return super().create_optimizer()
 
     Hooks(model=make_model(), args=TrainingArguments(num_workers=0))
+
+
+def test_a_call_of_one_of_them_names_the_ways_on():
+    """transformers' question-answering example: its Trainer's evaluate (ours may be overridden) calls
+    self.evaluation_loop, a step of transformers' own loop."""
+    class QuestionAnsweringTrainer(Trainer):
+        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+            return self.evaluation_loop(self.get_eval_dataloader(eval_dataset), description="Evaluation")
+
+    trainer = QuestionAnsweringTrainer(model=make_model(), args=TrainingArguments(num_workers=0))
+    with pytest.raises(AttributeError, match=r"QuestionAnsweringTrainer has no evaluation_loop: .*raytrainer launch"):
+        trainer.evaluate(TokenData(4))
+    assert not hasattr(trainer, "_save_checkpoint") and getattr(trainer, "num_examples", None) is None
+    with pytest.raises(AttributeError, match="'QuestionAnsweringTrainer' object has no attribute 'no_such_thing'"):
+        _ = trainer.no_such_thing
