@@ -46,6 +46,7 @@ from .startup_line import StartupLine
 from .state import PredictionOutput, TrainerState, TrainOutput
 from .storage.upload import upload_dir
 from .verbosity import quiet_driver, worker_level
+from .worker.evaluation import eval_sets
 from .worker.hooks import WorkerHooks
 from .worker_context import WorkerContext
 
@@ -197,11 +198,10 @@ class Trainer(MetricsFilesMixin, ModelCardMixin, hub.HubMixin, CallbackMethods, 
         if dataset is None:
             raise ConfigError("evaluate() needs an eval dataset: pass Trainer(eval_dataset=...) or "
                               "evaluate(eval_dataset=...).")
-        datasets = dataset if isinstance(dataset, dict) else {None: dataset}
+        datasets = eval_sets(dataset, metric_key_prefix)
         metrics = {}
-        for index, (name, ds) in enumerate(datasets.items()):
+        for index, (prefix, ds) in enumerate(datasets):
             preflight.inputs.check_dataset(ds, "eval_dataset")
-            prefix = metric_key_prefix if name is None else f"{metric_key_prefix}_{name}"
             self._connect(ds)
             result = self._dispatch(EvaluateOrder(dataset=ds, prefix=prefix, ignore_keys=ignore_keys,
                                              **self._worker_settings()))

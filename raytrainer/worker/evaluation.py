@@ -66,6 +66,14 @@ def _nbytes(value: Any) -> int:
     return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
 
 
+def eval_sets(dataset: Any, metric_key_prefix: str = "eval") -> List[tuple]:
+    """(metric key prefix, dataset) of each evaluation an `evaluate()` of `dataset` makes: a dict of eval datasets
+    is one evaluation per dataset, its metrics named `<prefix>_<name>_...` (transformers' rule)."""
+    if isinstance(dataset, dict):
+        return [(f"{metric_key_prefix}_{name}", each) for name, each in dataset.items()]
+    return [(metric_key_prefix, dataset)]
+
+
 def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = None, ignore_keys=None,
                     metric_key_prefix: str = "eval", on_step: Optional[Callable[[str], None]] = None,
                     keep_predictions: bool = False, buffer: Optional[PredictionBuffer] = None) -> PredictionOutput:

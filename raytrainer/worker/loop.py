@@ -46,7 +46,7 @@ from ..startup import EVENT as STARTUP_EVENT, Timeline
 from ..state import TrainerControl, TrainerState, TrainOutput
 from ..strategy import make_strategy
 from ..strategy.liger import apply_liger_kernel
-from .evaluation import evaluation_loop
+from .evaluation import eval_sets, evaluation_loop
 from .loop_events import LoopEvents
 from .meter import Meter
 from .neftune import neftune
@@ -483,10 +483,9 @@ class TrainLoop:
         trainer = self.trainer
         self.watch.phase("evaluation")
         self._optimizer_mode("eval")
-        datasets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {None: trainer.eval_dataset}
         # Through the trainer's `evaluate`, as HF: a subclass's override runs for these evaluations too.
-        results = [trainer.evaluate(dataset, metric_key_prefix="eval" if name is None else f"eval_{name}")
-                   for name, dataset in datasets.items()]
+        results = [trainer.evaluate(dataset, metric_key_prefix=prefix)
+                   for prefix, dataset in eval_sets(trainer.eval_dataset)]
         self._optimizer_mode("train")
         for metrics in results:
             metrics.update(epoch=state.epoch)
@@ -494,6 +493,7 @@ class TrainLoop:
         # As HF's evaluate of each dataset (a dict of eval datasets is one evaluate per dataset): its metrics
         # logged (a record in log_history, on_log), then its on_evaluate; `eval_datasets_left` tells a callback
         # that needs the whole evaluation (Tune's report, as transformers reports the merged metrics) when it has it.
+        control = self.events.control
         for index, metrics in enumerate(results):
             self._record(state, metrics)
             control = self.events.fire("evaluate", metrics=metrics, eval_datasets_left=len(results) - 1 - index)
