@@ -54,12 +54,6 @@ SINGLE_NODE = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 SUBPROCESS_WORKERS = 2  # what a driver that joins the session's Ray asks for
 
 
-# Tests whose drivers are subprocesses (on a local multi-node cluster, a `ray job submit` head, an embedded Ray
-# of their own or the session's): they never use this process's pool, so they run first, while it is empty.
-# Run between the others, their ~5 minutes left the pool's idle groups to their worker_idle_timeout_s (300 s),
-# and the next test paid a group start again.
-SUBPROCESS_DRIVERS_FIRST = ("tests/integration/cluster/", "tests/integration/deploy/test_job_submit.py",
-                            "tests/integration/test_console.py", "tests/integration/test_example_script.py")
 # Tests that close the pool's groups (to check what close() leaves, or to give a later test of theirs fresh
 # workers) run last, in this order: earlier, each close cost the next 2-worker test a group start. The
 # several-Trainers test goes first: it takes the pool's idle 2- and 1-worker groups, which it leaves open.
@@ -67,25 +61,36 @@ CLOSING_POOL_LAST = ("tests/integration/test_worker_group.py::test_trainers_one_
                      "tests/integration/test_dynamic_modules.py", "tests/integration/test_worker_group.py")
 
 
-# The suite runs in two pytest-xdist processes (pyproject's addopts: `-n 2`), each with its own session Ray and
-# pool. These tests go to the second: their drivers are subprocesses (embedded Rays, a local multi-node cluster,
-# a `ray job submit` head, drivers killed and rerun), and most of their time is spent waiting for those to start
-# and stop, CPU the first process's tests use meanwhile. The Rays they start live in temporary folders, on free
-# ports, so neither process's drivers find the other's.
-# The quick start's console test (a driver with its own Ray, 34 s) runs in the first: with it, the second's tests
-# took 864 s against the first's 794 s (2026-11-29, a full run's durations), and the second ends the run.
-SECOND_PROCESS = tuple(p for p in SUBPROCESS_DRIVERS_FIRST if p != "tests/integration/test_console.py") + (
-                                             "tests/integration/test_resume.py",
-                                             "tests/integration/test_reliability_storage.py",
-                                             # a killed driver and a group restart: ~2.5 min, off the first's
-                                             "tests/hosted/test_launch_on_ray.py",
-                                             # Ray Data on a Ray of 2 CPUs of its own (issue 32)
-                                             "tests/integration/test_ray_data_two_cpus.py",
-                                             # benchmarks/gpu.py's smoke, a driver joining this process's Ray,
-                                             # and a Tune sweep whose trial actors start their own groups (in
-                                             # the first process it took 79 s against 43 s here, its groups
-                                             # beside the pool's: tried on 2026-11-28, no wall time saved)
-                                             "tests/test_gpu_benchmark_smoke.py", "tests/tune/test_search.py")
+# Two lanes. The README's test command (`python -m pytest`, no paths, no -m) runs the main lane; `python -m pytest
+# -m e2e` the end-to-end lane, which .ci/run runs after it: every test that loses a process and checks the restart
+# (a killed worker, a hung or preempted rank, a failed background write) or starts processes of its own (subprocess
+# drivers, killed and rerun; a local multi-node cluster; a `ray job submit` head; a sweep whose trials start groups;
+# benchmarks/gpu.py's smoke). Most of their time is worker-group starts (~17 CPU s each, ~40 of a run's ~45): both
+# lanes together took 14-20 minutes on 2 cores (tests/README.md). The main lane keeps one killed worker's exact
+# recovery, locally and on S3 (test_recovery.py), and a killed worker between calls (test_worker_group.py).
+# Naming a file or a folder runs what it holds, of either lane. Listed by their cost, the largest first: each lane
+# runs in two processes (pyproject's addopts: `-n 2`), a file at a time to whichever is free.
+E2E = ("tests/integration/cluster/", "tests/tune/test_search.py", "tests/integration/test_ray_data_two_cpus.py",
+       "tests/integration/test_ray_data.py::test_every_row_once_per_epoch_and_exact_after_a_kill",
+       "tests/integration/test_resume.py", "tests/hosted/test_launch_on_ray.py",
+       "tests/integration/test_reliability_storage.py", "tests/test_gpu_benchmark_smoke.py",
+       "tests/integration/deploy/test_job_submit.py", "tests/integration/test_example_script.py",
+       "tests/checkpoint/test_async_shards.py::test_a_failed_or_killed_background_write",
+       "tests/integration/test_console.py::test_quick_start",
+       "tests/integration/test_peft_resume.py::test_a_lora_run_restarted_after_a_killed_worker",
+       "tests/integration/test_streaming.py::test_every_row_once_per_pass_exact_after_a_kill",
+       "tests/integration/test_hang_watchdog.py::test_a_rank_stalled_in_a_callback_is_named_then_its_group_restarts",
+       "tests/hosted/test_hang_on_ray.py::test_a_hung_rank_is_named_then_its_group_restarts",
+       "tests/hosted/test_stops_on_ray.py::test_a_sigterm_to_a_worker_saves_at_the_next_step",
+       "tests/integration/test_recovery.py::test_a_restart_removes_a_partial_checkpoint")
+# Folders whose tests share a package-scoped fixture: one unit for the scheduler, or each process would start its
+# own (the local multi-node cluster: a second one started beside the other process's work timed out, 2026-12-06).
+ONE_UNIT = ("tests/integration/cluster/",)
+
+
+def main_lane_only(config) -> bool:
+    """The README's test command: no file, folder or -m named."""
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
 
 
 # What makes a test slow (the `slow` marker, for `pytest -m "not slow"`): a Ray, a subprocess driver or a torchrun
@@ -107,32 +112,53 @@ def is_slow(item) -> bool:
             or any(name in SLOW_FIXTURES for name in getattr(item, "fixturenames", ())))
 
 
-def pytest_collection_modifyitems(items):
+def e2e_index(item) -> int:
+    """The item's place in E2E, -1 for the main lane's."""
+    return next((i for i, prefix in enumerate(E2E) if item.nodeid.startswith(prefix)), -1)
+
+
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_slow(item):
             item.add_marker(pytest.mark.slow)
+        if e2e_index(item) >= 0:
+            item.add_marker(pytest.mark.e2e)
+    if main_lane_only(config):
+        e2e = [item for item in items if e2e_index(item) >= 0]
+        if e2e:
+            config.hook.pytest_deselected(items=e2e)
+            items[:] = [item for item in items if e2e_index(item) < 0]
 
     def place(item) -> tuple:
-        if item.nodeid.startswith(SUBPROCESS_DRIVERS_FIRST):
-            return (0, 0)
+        e2e = e2e_index(item)
+        if e2e >= 0:  # the largest first, so that the two processes end together
+            return (0, e2e)
         last = [i for i, prefix in enumerate(CLOSING_POOL_LAST) if item.nodeid.startswith(prefix)]
         return (2, last[0]) if last else (1, 0)
 
     items.sort(key=place)  # a stable sort: within each place the tests keep their order
 
 
+def pytest_report_collectionfinish(config, items):
+    if main_lane_only(config):
+        return "the main lane; the end-to-end lane: python -m pytest -m e2e (tests/conftest.py, E2E)"
+
+
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it (or with -n 0) one process runs all
 def pytest_xdist_make_scheduler(config, log):
-    """Each of the two processes gets its tests in the order above: one work unit per process, never split.
-    (xdist's own `--dist loadgroup` marks do not reach its scheduler under pytest 9.2, which renamed the node
-    attribute xdist appends the group to.)"""
+    """Each test file (or ONE_UNIT folder) goes whole to whichever of the two processes is free (its tests share
+    its fixtures and that process's pool), in the order above. (xdist's own `--dist loadfile` orders files its own
+    way, and its `loadgroup` marks do not reach its scheduler under pytest 9.2, which renamed the node attribute it
+    uses.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class TwoProcesses(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "drivers" if nodeid.startswith(SECOND_PROCESS) else "pool"
+    config.option.loadscopereorder = False  # xdist would put the files with most tests first
 
-    return TwoProcesses(config, log)
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((folder for folder in ONE_UNIT if nodeid.startswith(folder)), nodeid.split("::")[0])
+
+    return ByFile(config, log)
 
 
 @pytest.fixture(scope="session")
