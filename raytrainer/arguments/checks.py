@@ -172,6 +172,11 @@ def logging_and_evaluation(args) -> None:
             not isinstance(args.eval_accumulation_steps, int) or args.eval_accumulation_steps < 1):
         raise ConfigError(f"eval_accumulation_steps={args.eval_accumulation_steps!r} must be a positive int "
                           "(or None to keep predictions on the device until the end).")
+    unknown = [name for name in (args.include_for_metrics or ()) if name not in ("inputs", "loss")]
+    if unknown or isinstance(args.include_for_metrics, str):
+        raise ConfigError(f"include_for_metrics={args.include_for_metrics!r}: a list of 'inputs' and 'loss' "
+                          '(e.g. include_for_metrics=["inputs"]), what compute_metrics gets as '
+                          "EvalPrediction.inputs and .losses.")
     one_of(args, "log_level", LOG_LEVELS)
     one_of(args, "log_level_replica", LOG_LEVELS)
     one_of(args, "include_num_input_tokens_seen", TOKEN_COUNTS)
@@ -288,7 +293,8 @@ TOPICS: tuple[tuple[Callable[..., None], tuple[str, ...]], ...] = (
     (logging_and_evaluation, ("log_level", "log_level_replica", "log_on_each_node", "disable_tqdm", "report_to",
                               "project", "logging_dir", "logging_nan_inf_filter", "include_num_input_tokens_seen",
                               "peak_flops_per_device", "callback_decisions", "prediction_loss_only",
-                              "eval_accumulation_steps", "eval_use_gather_object", "batch_eval_metrics", "do_train",
+                              "eval_accumulation_steps", "eval_use_gather_object", "batch_eval_metrics",
+                              "include_for_metrics", "do_train",
                               "do_eval", "do_predict")),
     (data_loading, ("seed", "data_seed", "dataloader_drop_last", "dataloader_num_workers", "remove_unused_columns",
                     "label_names", "train_sampling_strategy", "group_by_length", "length_column_name",

@@ -275,6 +275,9 @@ class TrainingArguments(DriverView, WorkerRange, Setters):
     batch_eval_metrics: bool = _help("Call compute_metrics(EvalPrediction, compute_result=...) on rank 0 for each "
                                      "evaluation step's batches of all ranks, compute_result=True on the last; "
                                      "predictions are not kept.", default=False)
+    include_for_metrics: List[str] = _help(
+        'What compute_metrics gets besides predictions and labels (EvalPrediction.inputs, .losses): "inputs" (each '
+        "batch's main input, padded with -100), \"loss\" (each batch's loss, once per row).", default_factory=list)
     restore_callback_states_from_checkpoint: bool = _help(
         "On resume, restore the state of callbacks that export one (EarlyStoppingCallback) from the checkpoint.",
         default=False)
@@ -329,7 +332,6 @@ class TrainingArguments(DriverView, WorkerRange, Setters):
     trackio_bucket_id: Optional[str] = _refused("trackio_bucket_id", default=None)
     trackio_static_space_id: str | None | Literal[False] = _refused("trackio_static_space_id", default=None)
     eval_do_concat_batches: bool = _refused("eval_do_concat_batches", default=True)
-    include_for_metrics: List[str] = _refused("include_for_metrics", default_factory=list)
     save_on_each_node: bool = _refused("save_on_each_node", default=False)
     accelerator_config: dict | str | None = _refused("accelerator_config", default=None)
     parallelism_config: Optional[Any] = _refused("parallelism_config", default=None)

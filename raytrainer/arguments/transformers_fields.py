@@ -106,9 +106,9 @@ HF_FIELDS: Dict[str, Tuple[str, str]] = {
     "eval_use_gather_object": (DIFFERENT, "Outputs are always gathered as objects (all_gather_object), so nested and "
                                           "non-tensor outputs work whatever this says."),
     "eval_accumulation_steps": (SAME, ""),
-    "include_for_metrics": (REFUSED, "compute_metrics receives predictions and labels only; leave it empty and "
-                                     "compute what you need from those (or return it from preprocess_logits_for_"
-                                     "metrics)."),
+    "include_for_metrics": (SAME, "inputs: each batch's main input (the model's main_input_name), gathered from "
+                                  "every rank in dataset order and padded with -100; loss: each batch's loss, "
+                                  "once per row."),
     "batch_eval_metrics": (SAME, "compute_metrics(EvalPrediction, compute_result) is called on rank 0 for each "
                                  "step's batches of all ranks (CPU tensors), compute_result=True on the last; "
                                  "evaluate() keeps no predictions, predict() still returns them."),

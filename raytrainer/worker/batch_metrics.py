@@ -43,23 +43,24 @@ class BatchMetrics:
         self.pending: Optional[list] = None  # rank 0: the last step's batches, not yet handed over
         self.metrics: dict = {}
 
-    def add(self, logits: Any, labels: Any):
-        """This rank's batch of the current step (every rank calls it once per step it has a batch)."""
-        self._step(to_numpy(logits), to_numpy(labels), True)
+    def add(self, logits: Any, labels: Any, inputs: Any = None, losses: Any = None):
+        """This rank's batch of the current step (every rank calls it once per step it has a batch); `inputs` and
+        `losses`: include_for_metrics' (evaluation.MetricExtras)."""
+        self._step((to_numpy(logits), to_numpy(labels), inputs, losses), True)
 
     def finish(self) -> dict:
         """After this rank's last batch: keep pairing the other ranks' steps until every rank is done. Returns
         the last call's metrics (on rank 0; {} elsewhere)."""
-        while self._step(None, None, False):
+        while self._step(None, False):
             pass
         if self.pending:
             self._call(self.pending, last=True)
             self.pending = None
         return self.metrics
 
-    def _step(self, logits, labels, has_batch: bool) -> bool:
-        gathered = self.ctx.all_gather_object((has_batch, logits, labels))
-        batches = [(g[1], g[2]) for g in gathered if g[0] and g[1] is not None and g[2] is not None]
+    def _step(self, batch: Optional[tuple], has_batch: bool) -> bool:
+        gathered = self.ctx.all_gather_object((has_batch, batch))
+        batches = [g[1] for g in gathered if g[0] and g[1][0] is not None and g[1][1] is not None]
         if not any(g[0] for g in gathered):
             return False
         if self.ctx.is_main and batches:
@@ -69,9 +70,12 @@ class BatchMetrics:
         return True
 
     def _call(self, batches: list, last: bool):
-        predictions = _tensors(concat_padded([b[0] for b in batches]))
-        label_ids = _tensors(concat_padded([b[1] for b in batches]))
-        result = self.compute(EvalPrediction(predictions=predictions, label_ids=label_ids), compute_result=last)
+        predictions, label_ids, losses = (_tensors(concat_padded([b[i] for b in batches])) for i in (0, 1, 3))
+        inputs = None  # include_for_metrics' "inputs": the step's batch, a dict, as transformers passes it
+        if batches[0][2] is not None:
+            inputs = {key: _tensors(concat_padded([b[2][key] for b in batches])) for key in batches[0][2]}
+        result = self.compute(EvalPrediction(predictions=predictions, label_ids=label_ids, inputs=inputs,
+                                             losses=losses), compute_result=last)
         if last:
             self.metrics = dict(result or {})
 

@@ -60,6 +60,36 @@ class PredictionBuffer:
         return concat_padded([p for p, _ in self.host]), concat_padded([label for _, label in self.host])
 
 
+class MetricExtras:
+    """What include_for_metrics asks compute_metrics to get besides predictions and labels, as transformers'
+    evaluation loop makes it: "inputs", each batch's main input (padded with -100 across batches), or under
+    batch_eval_metrics the step's whole batch (a dict); "loss", each batch's loss repeated once per row. On the
+    host: these are read only when asked for."""
+
+    def __init__(self, include: Optional[List[str]], main_input_name: str, whole_batch: bool):
+        self.inputs_wanted, self.losses_wanted = "inputs" in (include or ()), "loss" in (include or ())
+        self.main_input_name, self.whole_batch = main_input_name, whole_batch
+        self.inputs: List[np.ndarray] = []
+        self.losses: List[np.ndarray] = []
+
+    def of(self, batch: dict, loss: Any, size: int) -> tuple:
+        inputs = None
+        if self.inputs_wanted:
+            inputs = ({k: to_numpy(v) for k, v in batch.items() if isinstance(v, torch.Tensor)} if self.whole_batch
+                      else to_numpy(batch[self.main_input_name]))
+        losses = np.full(size, float(loss), dtype=np.float32) if self.losses_wanted and loss is not None else None
+        return inputs, losses
+
+    def keep(self, inputs: Optional[np.ndarray], losses: Optional[np.ndarray]):
+        if inputs is not None:
+            self.inputs.append(inputs)
+        if losses is not None:
+            self.losses.append(losses)
+
+    def concatenated(self) -> tuple:
+        return concat_padded(self.inputs), concat_padded(self.losses)
+
+
 def _nbytes(value: Any) -> int:
     if isinstance(value, (tuple, list)):
         return sum(_nbytes(v) for v in value)
@@ -96,12 +126,15 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     # many it is short of; otherwise the count is a collective, agreed before any forward pass.
     interleaved = isinstance(dataloader, INTERLEAVED)
     missing = 0 if interleaved else _passes_behind(trainer, dataloader)
+    # include_for_metrics: each batch's main input and its loss once per row, on the host (as transformers)
+    extras = MetricExtras(args.include_for_metrics, getattr(model, "main_input_name", "input_ids"), batched is not None)
     batch = None
     watch = current_watchdog()  # a mark per batch: a long evaluation is progress, not a stall
     for batch in dataloader:
         watch.phase("evaluation batch")
         size = _batch_size(batch)
         loss, logits, label = trainer.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
+        inputs, losses = extras.of(batch, loss, size)
         if loss is not None:
             items = count_label_items(batch, trainer.label_names, shift)
             items = size if items is None else items
@@ -113,9 +146,10 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         if logits is not None and trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, label)
         if batched is not None:
-            batched.add(logits, label)
+            batched.add(logits, label, inputs, losses)
         if batched is None or keep_predictions:
             buffer.add(detached(logits), detached(label))
+            extras.keep(None if batched is not None else inputs, losses)
         if on_step is not None:
             on_step("prediction_step")
     if interleaved and _sharded(trainer):
@@ -126,16 +160,17 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     preds, labels = buffer.concatenated()
 
     sizes = dataloader.sizes if interleaved else None
-    gathered = ctx.all_gather_object((loss_sum, count, preds, labels, sizes, weight))
+    gathered = ctx.all_gather_object((loss_sum, count, preds, labels, sizes, weight, *extras.concatenated()))
     losses = [g[0] for g in gathered if g[0] is not None]
     num_samples = sum(g[1] for g in gathered)
     loss_weight = sum(g[5] for g in gathered)
-    if interleaved:  # rank r holds batches r, r + world, ...: back to dataset order
-        all_preds = interleave([g[2] for g in gathered], [g[4] for g in gathered], concat_padded)
-        all_labels = interleave([g[3] for g in gathered], [g[4] for g in gathered], concat_padded)
-    else:  # contiguous shards in rank order are the dataset order
-        all_preds = concat_padded([g[2] for g in gathered])
-        all_labels = concat_padded([g[3] for g in gathered])
+
+    def in_order(index: int):
+        if interleaved:  # rank r holds batches r, r + world, ...: back to dataset order
+            return interleave([g[index] for g in gathered], [g[4] for g in gathered], concat_padded)
+        return concat_padded([g[index] for g in gathered])  # contiguous shards in rank order: the dataset order
+
+    all_preds, all_labels, all_inputs, all_losses = in_order(2), in_order(3), in_order(6), in_order(7)
 
     metrics = {}
     if ctx.is_main:
@@ -143,7 +178,8 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
         if batch_metrics is not None:
             metrics = batch_metrics
         elif trainer.compute_metrics is not None and all_preds is not None and all_labels is not None:
-            metrics = dict(call_compute_metrics(trainer.compute_metrics, all_preds, all_labels))
+            metrics = dict(call_compute_metrics(trainer.compute_metrics, all_preds, all_labels, all_inputs,
+                                                all_losses))
         metrics = {k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}": _plain(v)
                    for k, v in metrics.items()}
         if losses:  # NaN when every batch's loss was NaN/Inf (left out by logging_nan_inf_filter)
@@ -157,11 +193,12 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
     return PredictionOutput(predictions=all_preds, label_ids=all_labels, metrics=metrics)
 
 
-def call_compute_metrics(compute_metrics, predictions, label_ids):
+def call_compute_metrics(compute_metrics, predictions, label_ids, inputs=None, losses=None):
     """compute_metrics on the gathered predictions. A script written for generated ids (decoding them) fails deep
     inside its tokenizer when it gets logits: its error then names compute_metrics and the cause."""
     try:
-        return compute_metrics(EvalPrediction(predictions=predictions, label_ids=label_ids))
+        return compute_metrics(EvalPrediction(predictions=predictions, label_ids=label_ids, inputs=inputs,
+                                              losses=losses))
     except (TypeError, OverflowError) as exc:  # what a tokenizer's decode raises on floats
         first = predictions[0] if isinstance(predictions, (tuple, list)) and predictions else predictions
         if not (isinstance(first, np.ndarray) and np.issubdtype(first.dtype, np.floating)):

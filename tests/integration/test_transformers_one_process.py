@@ -156,3 +156,44 @@ def test_gradient_checkpointing_stays_on_the_trained_model_and_log_metrics_print
     log_metrics(ours["trainer"], "train", metrics)  # transformers' own function, on our trainer
     assert printed == capsys.readouterr().out
     assert "train_runtime            = 0:00:16.19" in printed and "total_flos               =        1GF" in printed
+
+
+SEEN: list = []  # what Recorder was given: a module's list, as the trainer's copy of a Recorder records here too
+
+
+def _tensor(value):
+    if isinstance(value, dict):  # batch_eval_metrics: transformers passes the step's batch as the inputs
+        value = value["input_ids"]
+    return None if value is None else torch.as_tensor(value).clone()
+
+
+class Recorder:
+    """A compute_metrics that keeps what it was given (include_for_metrics' inputs and losses)."""
+
+    def __call__(self, prediction, compute_result=None):
+        SEEN.append({"inputs": _tensor(prediction.inputs), "losses": _tensor(prediction.losses),
+                     "labels": _tensor(prediction.label_ids)})
+        return {"calls": len(SEEN)}
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["whole_set", "batch_eval_metrics"])
+def test_include_for_metrics_gives_compute_metrics_the_inputs_and_losses_of_transformers(tmp_path, batched):
+    rows = tiny_rows("bert_classifier", n=11)  # 3 batches of 4, 4 and 3 rows, each padded to its own length
+    seen = {}
+    for name, trainer_class, args_class, extra in (("ours", Trainer, TrainingArguments, {"num_workers": 0}),
+                                                   ("theirs", transformers.Trainer, transformers.TrainingArguments,
+                                                    {"use_cpu": True})):
+        args = args_class(output_dir=str(tmp_path / name), per_device_eval_batch_size=4, report_to="none",
+                          include_for_metrics=["inputs", "loss"], batch_eval_metrics=batched, **extra)
+        trainer = trainer_class(model=tiny_model("bert_classifier"), args=args, data_collator=DefaultCollator(),
+                                compute_metrics=Recorder())
+        SEEN.clear()
+        trainer.evaluate(rows)
+        seen[name] = list(SEEN)
+    assert len(seen["ours"]) == len(seen["theirs"]) == (3 if batched else 1)
+    for mine, reference in zip(seen["ours"], seen["theirs"]):
+        assert torch.equal(mine["inputs"], reference["inputs"]) and torch.equal(mine["labels"], reference["labels"])
+        assert mine["losses"].shape == reference["losses"].shape
+        assert torch.allclose(mine["losses"].float(), reference["losses"].float(), rtol=1e-6)
+    if not batched:  # the whole set: padded with -100 across batches, as transformers' nested_concat
+        assert seen["ours"][0]["inputs"].shape[0] == 11 and (seen["ours"][0]["inputs"] == -100).any()
