@@ -149,7 +149,8 @@ def evaluation_loop(trainer, dataloader, prediction_loss_only: Optional[bool] = 
             batched.add(logits, label, inputs, losses)
         if batched is None or keep_predictions:
             buffer.add(detached(logits), detached(label))
-            extras.keep(None if batched is not None else inputs, losses)
+        if batched is None:  # batch_eval_metrics handed them to compute_metrics with the step
+            extras.keep(inputs, losses)
         if on_step is not None:
             on_step("prediction_step")
     if interleaved and _sharded(trainer):

@@ -62,6 +62,8 @@ def test_accepted_edge_values():
     ({"ddp_backend": "gloo", "num_workers": 2}, "ddp_backend.*set use_gpu"),
     ({"activation_checkpointing": True, "activation_checkpointing_kwargs": {"every_n_layers": 2}}, "every_n_layers"),
     ({"resources_per_worker": "{not json"}, "resources_per_worker"),
+    ({"include_for_metrics": ["input"]}, r"include_for_metrics=\['input'\]: a list of 'inputs' and 'loss'"),
+    ({"include_for_metrics": "loss"}, r"include_for_metrics='loss': a list of 'inputs' and 'loss'"),
 ])
 def test_new_fields_refuse_what_cannot_work(kwargs, match):
     with pytest.raises(ConfigError, match=match):
