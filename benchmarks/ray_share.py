@@ -3,6 +3,7 @@
     python benchmarks/ray_share.py                          # every freeze set and ablation: ~15 min on 2 cores
     python benchmarks/ray_share.py --freeze all --freeze none --launcher torchrun   # ~4 min
     python benchmarks/ray_share.py --ablate exchange --ablate none --json /tmp/share.json
+    python benchmarks/ray_share.py --idle ours --idle none --idle ranks:0   # ~6 min
 
 hosted.py compares separate runs, and on a host whose speed drifts 20-40 % within the hour its pairs spread
 from 0.79 to 1.31: a part that costs 1-5 % cannot be seen there. Here the comparison is inside one run of
@@ -15,7 +16,12 @@ hosted_sft.py (1500 steps by default), in alternate windows, so that a drifting 
                 the raylet, GCS, dashboard, Ray Train's actors, the event sink), dashboard (its head, its module
                 processes and the node's agent), train (Ray Train's controller, its synchronization actor, Ray
                 Data's autoscaling coordinator), idle (Ray's idle worker processes), sink (raytrainer's event sink),
-                none (nothing stopped: the method's noise).
+                ours (the sink, Ray Train's controller and synchronization actor: the group's bookkeeping),
+                actors (every Ray actor but the ranks), core (the raylet, GCS and log monitor), ranks (the
+                ranks themselves), none (nothing stopped: the method's noise).
+  --idle SET    as --freeze, but the set's threads run at SCHED_IDLE in the "stopped" windows instead of being
+                stopped (SET:N: at niceness N instead; `ranks:0` raises the ranks from Ray's worker niceness 15):
+                whether a scheduling class takes a part's cost off the step without taking the part away.
   --ablate WHAT one `raytrainer launch` run of hosted_ablate.py, which switches a part of the rank's own per-step
                 work off in alternate blocks of steps (exchange, relay) or windows (park); none: the noise.
 
@@ -27,6 +33,7 @@ edge (and the first 0.3 s after one) are left out. Ratios, not timings: nothing 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -57,7 +64,12 @@ FREEZE_SETS = {
     "train": lambda c: any(m in c for m in (b"ray::TrainController", b"ray::SynchronizationActor",
                                             b"ray::_AutoscalingCoordinatorActor")),
     "idle": lambda c: b"ray::IDLE" in c,
+    "actors": lambda c: b"ray::" in c and b"RayTrainWorker" not in c,
+    "core": lambda c: _argv0(c).endswith((b"/raylet", b"/gcs_server")) or b"log_monitor" in c,
     "sink": lambda c: b"ray::EventSink" in c,
+    "ranks": lambda c: b"RayTrainWorker" in c,
+    "ours": lambda c: any(m in c for m in (b"ray::EventSink", b"ray::TrainController",
+                                           b"ray::SynchronizationActor")),
     "none": lambda c: False,
 }
 
@@ -87,12 +99,12 @@ class Freezer(common.BackgroundThread):
 
     def __exit__(self, *exc):
         super().__exit__(*exc)
-        self._signal(signal.SIGCONT)  # whatever happened, nothing of Ray's is left stopped
+        self.switch(False)  # whatever happened, nothing of Ray's is left stopped
 
-    def _signal(self, sig):
+    def switch(self, stopped: bool):
         for pid in self.pids:
             try:
-                os.kill(pid, sig)
+                os.kill(pid, signal.SIGSTOP if stopped else signal.SIGCONT)
             except OSError:  # gone (an idle worker Ray ended)
                 pass
 
@@ -102,9 +114,44 @@ class Freezer(common.BackgroundThread):
         stopped = False
         while not self._done.is_set():
             stopped = not stopped
-            self._signal(signal.SIGSTOP if stopped else signal.SIGCONT)
+            self.switch(stopped)
             self.windows.append((time.time(), stopped))
             self._done.wait(WINDOW_S)
+
+
+class Idler(Freezer):
+    """As Freezer, but instead of stopping `pids` puts every thread of theirs at SCHED_IDLE (they run only on a
+    core nothing else wants; `nice` None) or at niceness `nice` in the "stopped" windows, and back to its own
+    scheduling class and niceness in the others."""
+
+    def __init__(self, pids: list, delay_s: float = 8.0, nice=None):
+        super().__init__(pids, delay_s)
+        self.to_nice = nice
+        self.own = {tid: (os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)) for tid in self._threads()}
+
+    def _threads(self) -> list:
+        found = []
+        for pid in self.pids:
+            try:
+                found += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                pass
+        return found
+
+    def switch(self, stopped: bool):
+        for tid in self._threads():
+            policy, nice = self.own.get(tid, (os.SCHED_OTHER, 15))  # a thread started since: Ray's worker nice
+            try:
+                if stopped and self.to_nice is None:
+                    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                elif stopped:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                    os.setpriority(os.PRIO_PROCESS, tid, self.to_nice)
+                else:
+                    os.sched_setscheduler(tid, policy, os.sched_param(0))
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except OSError:  # a thread that ended
+                pass
 
 
 def split_by_windows(steps: list, windows: list) -> dict:
@@ -153,17 +200,21 @@ def summary(name: str, split: dict) -> dict:
     return result
 
 
-def run_frozen(name: str, launcher: str, steps: int, root: str) -> dict:
+def run_frozen(name: str, launcher: str, steps: int, root: str, how=Freezer) -> dict:
+    name, _, nice = name.partition(":")
+    if nice:
+        how = functools.partial(Idler, nice=int(nice))
     pids = processes(FREEZE_SETS[name])
     if name != "none" and not pids:
         raise SystemExit(f"--freeze {name}: no such process running")
-    tag = f"freeze-{name}-{launcher}"
-    with Freezer(pids) as freezer:
+    verb = "freeze" if how is Freezer else f"nice {nice}" if nice else "idle"
+    tag = f"{verb}-{name}-{launcher}"
+    with how(pids) as freezer:
         figures = hosted.run_torchrun(steps, root) if launcher == "torchrun" else hosted.run_launch(steps, root, tag)
     stamps = os.path.join(root, "torchrun.json" if launcher == "torchrun" else f"{tag}.json")
     with open(stamps) as f:
         split = split_by_windows(json.load(f)["steps"], freezer.windows)
-    result = summary(f"freeze {name} ({launcher}, {len(pids)} processes)", split)
+    result = summary(f"{verb} {name} ({launcher}, {len(pids)} processes)", split)
     return {**result, "steady_step_ms": figures["steady_step_ms"]}
 
 
@@ -184,13 +235,16 @@ def run_ablated(what: str, steps: int, root: str) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--freeze", action="append", choices=tuple(FREEZE_SETS), default=[])
+    parser.add_argument("--idle", action="append", default=[],
+                        help="as --freeze, but the set runs at SCHED_IDLE in alternate windows instead of stopped "
+                             "(SET:N: at niceness N)")
     parser.add_argument("--ablate", action="append", choices=("exchange", "relay", "park", "none"), default=[])
     parser.add_argument("--launcher", choices=("launch", "torchrun"), default="launch",
                         help="what runs while a --freeze set is stopped and resumed (default: raytrainer launch)")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--json")
     options = parser.parse_args()
-    if not options.freeze and not options.ablate:
+    if not options.freeze and not options.ablate and not options.idle:
         options.freeze, options.ablate = ["all", "dashboard", "train", "sink", "none"], ["exchange", "relay", "park",
                                                                                         "none"]
     results = []
@@ -199,6 +253,8 @@ def main():
         hosted.run_launch(5, root, "warm")  # the group started: its processes are among the sets
         for name in options.freeze:
             results.append(run_frozen(name, options.launcher, options.steps, root))
+        for name in options.idle:
+            results.append(run_frozen(name, options.launcher, options.steps, root, how=Idler))
         for what in options.ablate:
             results.append(run_ablated(what, options.steps, root))
     rows = [[r["set"], common.fmt(r["present_ms"]), common.fmt(r["absent_ms"]), r["n_present"], r["n_absent"],
