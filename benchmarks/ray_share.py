@@ -33,7 +33,6 @@ edge (and the first 0.3 s after one) are left out. Ratios, not timings: nothing 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import signal
@@ -200,16 +199,16 @@ def summary(name: str, split: dict) -> dict:
     return result
 
 
-def run_frozen(name: str, launcher: str, steps: int, root: str, how=Freezer) -> dict:
+def run_frozen(name: str, launcher: str, steps: int, root: str, idle: bool = False) -> dict:
+    """One run with the set `name` stopped in alternate windows, or with `idle` at SCHED_IDLE (`SET:N`: at
+    niceness N) instead."""
     name, _, nice = name.partition(":")
-    if nice:
-        how = functools.partial(Idler, nice=int(nice))
     pids = processes(FREEZE_SETS[name])
     if name != "none" and not pids:
-        raise SystemExit(f"--freeze {name}: no such process running")
-    verb = "freeze" if how is Freezer else f"nice {nice}" if nice else "idle"
+        raise SystemExit(f"--{'idle' if idle else 'freeze'} {name}: no such process running")
+    verb = (f"nice {nice}" if nice else "idle") if idle else "freeze"
     tag = f"{verb}-{name}-{launcher}"
-    with how(pids) as freezer:
+    with (Idler(pids, nice=int(nice) if nice else None) if idle else Freezer(pids)) as freezer:
         figures = hosted.run_torchrun(steps, root) if launcher == "torchrun" else hosted.run_launch(steps, root, tag)
     stamps = os.path.join(root, "torchrun.json" if launcher == "torchrun" else f"{tag}.json")
     with open(stamps) as f:
@@ -232,10 +231,19 @@ def run_ablated(what: str, steps: int, root: str) -> dict:
     return summary(f"ablate {what} (launch)", split)
 
 
+def idle_set(value: str) -> str:
+    """--idle's argument: a set of FREEZE_SETS, optionally `:N` with an int niceness."""
+    name, colon, nice = value.partition(":")
+    if name not in FREEZE_SETS or (colon and not nice.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{value!r}: one of {', '.join(FREEZE_SETS)}, optionally :N with an int "
+                                         "niceness N (e.g. ranks:0)")
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--freeze", action="append", choices=tuple(FREEZE_SETS), default=[])
-    parser.add_argument("--idle", action="append", default=[],
+    parser.add_argument("--idle", action="append", type=idle_set, default=[],
                         help="as --freeze, but the set runs at SCHED_IDLE in alternate windows instead of stopped "
                              "(SET:N: at niceness N)")
     parser.add_argument("--ablate", action="append", choices=("exchange", "relay", "park", "none"), default=[])
@@ -254,7 +262,7 @@ def main():
         for name in options.freeze:
             results.append(run_frozen(name, options.launcher, options.steps, root))
         for name in options.idle:
-            results.append(run_frozen(name, options.launcher, options.steps, root, how=Idler))
+            results.append(run_frozen(name, options.launcher, options.steps, root, idle=True))
         for what in options.ablate:
             results.append(run_ablated(what, options.steps, root))
     rows = [[r["set"], common.fmt(r["present_ms"]), common.fmt(r["absent_ms"]), r["n_present"], r["n_absent"],
