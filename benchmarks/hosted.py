@@ -1,15 +1,17 @@
-"""The hosted mode's cost: one TRL SFT script under torchrun and under `raytrainer launch`, 2 processes each
-(`--workers`).
+"""The hosted mode's cost: one TRL SFT script (or `--script plain`: a plain transformers.Trainer with a tiny model)
+under torchrun and under `raytrainer launch`, 2 processes each (`--workers`).
 
     python benchmarks/hosted.py                 # 3 pairs of 200 steps: ~3-4 min on 2 cores
+    python benchmarks/hosted.py --script plain --steps 1500 --torchrun-alone  # 5 ms steps: ~4 min
     python benchmarks/hosted.py --steps 300 --pairs 5 --json /tmp/hosted.json
     python benchmarks/hosted.py --torchrun-alone  # Ray stopped while torchrun runs: ~5-6 min
     python benchmarks/hosted.py --workers 1       # one rank: launch runs a plain process, torchrun DDP of one
 
-The script (benchmarks/hosted_sft.py) stamps, on rank 0, its own start (before its imports), train begin and
-every step end. Ray and the worker group are started first by one untimed launch (its start-up is reported);
-then each pair runs torchrun and `raytrainer launch` (on the warm group) one after the other, in alternating
-order (t h, h t, ...), so a host whose speed drifts by minutes weighs on both sides alike. Reported per run:
+The script (benchmarks/hosted_sft.py, or hosted_plain.py) stamps, on rank 0, its own start (before its
+imports), train begin and every step end. Ray and the worker group are started first by one untimed launch (its
+start-up is reported); then each pair runs torchrun and `raytrainer launch` (on the warm group) one after the
+other, in alternating order (t h, h t, ...), so a host whose speed drifts by minutes weighs on both sides
+alike. Reported per run:
   steady step    the median step time over the steps after the first 20% (the same code runs in both:
                  HF's loop, DDP over gloo; the difference is what hosting adds per step)
   rank cpu       CPU time per step of each rank's process (all its threads), read from /proc over the steady
@@ -46,7 +48,9 @@ import time
 import common
 
 sys.path.insert(0, common.REPO_ROOT)
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosted_sft.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = {"sft": os.path.join(HERE, "hosted_sft.py"), "plain": os.path.join(HERE, "hosted_plain.py")}
+SCRIPT = SCRIPTS["sft"]  # the script timed (--script, set once by main)
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 WORKERS = 2  # ranks on each side (--workers, set once by main)
 
@@ -231,7 +235,7 @@ def row(pair, name: str, figures: dict, load: float) -> list:
 
 
 def main():
-    global WORKERS
+    global WORKERS, SCRIPT
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=3)
@@ -240,9 +244,12 @@ def main():
                         help="what launch is compared with: torchrun, two bare Ray actors, or a plain Ray Train "
                              "TorchTrainer (see above)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="ranks on each side (default 2)")
+    parser.add_argument("--script", choices=tuple(SCRIPTS), default="sft",
+                        help="hosted_sft.py (TRL's SFTTrainer, ~40 ms steps) or hosted_plain.py (a plain "
+                             "transformers.Trainer, ~5 ms steps: a launcher's per-step cost shows)")
     parser.add_argument("--json")
     options = parser.parse_args()
-    WORKERS = options.workers
+    WORKERS, SCRIPT = options.workers, SCRIPTS[options.script]
     from raytrainer.coordinator import holders
 
     rows, ratios, runs = [], [], []
@@ -275,7 +282,8 @@ def main():
     beside = "torchrun with no Ray running" if options.torchrun_alone else "torchrun beside the idle Ray and group"
     if options.baseline != "torchrun":
         beside = f"{base} in torchrun's place"
-    common.print_table(f"Hosted SFT, {WORKERS} process(es), {options.steps} steps, {beside} (Ray start: {ray_s:.1f} s)",
+    common.print_table(f"{os.path.basename(SCRIPT)}, {WORKERS} process(es), {options.steps} steps, {beside} "
+                       f"(Ray start: {ray_s:.1f} s)",
                        ["pair", "launcher", "steady_step_ms", "rank_cpu_ms", "other_cores", "to_script_s",
                         "script_s", "first_step_s", "call_s", "load"],
                        rows, notes=[f"hosted / {options.baseline} steady step, per pair: "
@@ -284,7 +292,7 @@ def main():
     common.write_json(options.json, {"machine": common.machine_info(), "rows": rows, "ratios": ratios,
                                      "runs": runs, "first_launch": first, "ray_start_s": ray_s,
                                      "torchrun_alone": options.torchrun_alone, "baseline": options.baseline,
-                                     "workers": WORKERS})
+                                     "workers": WORKERS, "script": os.path.basename(SCRIPT)})
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 benchmarks/ray_share.py. `--ablate WHAT` comes first, hosted_sft.py's own arguments after it. Under
 `raytrainer launch` only: the parts are raytrainer's and Ray's.
 
-    --ablate exchange  the step's stop exchange (one all-reduce a step) off in odd blocks of BLOCK steps (every
-                       rank counts the same steps, so the collective stays matched on all of them)
+    --ablate exchange  the stop exchange (one all-reduce at each of its exchange steps, worker/hosted/stops.py)
+                       off in odd blocks of BLOCK steps (every rank counts the same steps, so the collective
+                       stays matched on all of them)
     --ablate relay     the relay's per-step HF events (the exchange included) off likewise, except at the steps
                        around a logging step (HF's logs are relayed as usual)
     --ablate park      the Ray worker's main thread parked in even windows of WINDOW_S seconds of wall-clock time

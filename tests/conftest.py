@@ -81,7 +81,7 @@ E2E = ("tests/integration/cluster/", "tests/tune/test_search.py", "tests/integra
        "tests/integration/test_streaming.py::test_every_row_once_per_pass_exact_after_a_kill",
        "tests/integration/test_hang_watchdog.py::test_a_rank_stalled_in_a_callback_is_named_then_its_group_restarts",
        "tests/hosted/test_hang_on_ray.py::test_a_hung_rank_is_named_then_its_group_restarts",
-       "tests/hosted/test_stops_on_ray.py::test_a_sigterm_to_a_worker_saves_at_the_next_step",
+       "tests/hosted/test_stops_on_ray.py::test_a_sigterm_to_a_worker_saves_at_the_next_exchange_step",
        "tests/integration/test_recovery.py::test_a_restart_removes_a_partial_checkpoint")
 # Folders whose tests share a package-scoped fixture: one unit for the scheduler, or each process would start its
 # own (the local multi-node cluster: a second one started beside the other process's work timed out, 2026-12-06).

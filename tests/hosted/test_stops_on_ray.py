@@ -1,10 +1,10 @@
 """Preemption and Ctrl-C in the hosted mode, on the session's Ray: an unmodified transformers script
 (stops_script.py: dropout on, a constant learning rate, no periodic checkpoint before its last step) on 2
-workers. Every rank saves at the step after the request, the checkpoint commits, then the run continues (a
-SIGTERM to a worker: a preemption, with no failure allowed) or stops (Ctrl-C: `raytrainer launch` says which
-checkpoint holds the run and exits with 130; the same command continues). Both end with the weights of the
-uninterrupted run. The drivers run in this process, on the pool's warm group (a subprocess driver would start
-a group of its own); SIGINT goes to this process, where the driver's handler is. The Python API
+workers. Every rank saves at the first exchange step after the request, the checkpoint commits, then the run
+continues (a SIGTERM to a worker: a preemption, with no failure allowed) or stops (Ctrl-C: `raytrainer launch`
+says which checkpoint holds the run and exits with 130; the same command continues). Both end with the weights
+of the uninterrupted run. The drivers run in this process, on the pool's warm group (a subprocess driver would
+start a group of its own); SIGINT goes to this process, where the driver's handler is. The Python API
 (`raytrainer.hosted`) stops the same way, with KeyboardInterrupt raised from train()."""
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ import raytrainer
 from raytrainer.callbacks.progress import ProgressCallback
 from raytrainer.checkpoint.listing import list_checkpoints
 from raytrainer.cli.commands import main as raytrainer_main
+from raytrainer.worker.hosted.stops import MAX_EVERY
 from tests.hosted.plain_script import Rows, save_results, stops_arguments, tiny_llama
 from tests.hosted.test_launch_on_ray import assert_same_run
 from tests.support import wait_for
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stops_script.py")
-STEPS = 10
 AT = 4  # the step at whose end the stop is asked for
-# Every rank saves at AT + 1 when the request is seen at once, at AT + 2 when it comes in during AT's end (the
-# flag raised in Ray's main thread once it next gets the GIL, after the relay read it): never a step before AT.
-SAVED_AT = (AT + 1, AT + 2)
+# Every rank saves at the first exchange step after AT (worker/hosted/stops.py: about 0.2 s of steps apart, at
+# most MAX_EVERY), or at the one after it when the request comes in during that step (the flag raised in Ray's
+# main thread once it next gets the GIL): never at AT or before, and before the run's end.
+SAVED_AT = range(AT + 1, AT + 2 + MAX_EVERY)
+STEPS = SAVED_AT[-1] + 2
 
 
 def script_args(output_dir: str, results: str, *extra: str) -> list:
@@ -68,10 +70,10 @@ def reference(tmp_path_factory, ray_session):
     return str(root / "results")
 
 
-def test_a_sigterm_to_a_worker_saves_at_the_next_step_and_the_run_goes_on_as_a_preemption(reference, tmp_path,
-                                                                                          capfd):
-    """Rank 1 sends itself SIGTERM at step 4's end with max_failures=0: both ranks save at step 5 or 6, Ray Train
-    restarts the group counting a preemption, and the script's Trainer resumes from that checkpoint."""
+def test_a_sigterm_to_a_worker_saves_at_the_next_exchange_step_and_the_run_goes_on_as_a_preemption(
+        reference, tmp_path, capfd):
+    """Rank 1 sends itself SIGTERM at step 4's end with max_failures=0: both ranks save at the next exchange step,
+    Ray Train restarts the group counting a preemption, and the script's Trainer resumes from that checkpoint."""
     output_dir, results = str(tmp_path / "run"), str(tmp_path / "results")
     # max_preemptions left at its default (no limit): a group's max_preemptions is Ray Train's, part of its shape,
     # and the default keeps the reference's warm group (a group start fewer)
@@ -91,11 +93,11 @@ def test_a_sigterm_to_a_worker_saves_at_the_next_step_and_the_run_goes_on_as_a_p
     assert_same_run(results, reference)
 
 
-def test_ctrl_c_on_launch_saves_at_the_next_step_exits_130_and_the_same_command_continues(reference, tmp_path,
-                                                                                          capfd):
+def test_ctrl_c_on_launch_saves_at_the_next_exchange_step_exits_130_and_the_same_command_continues(
+        reference, tmp_path, capfd):
     """`raytrainer launch` (its entry point, in this process) gets SIGINT while rank 0 pauses at step 4's end:
-    both ranks save at the next step, the command prints the line naming the checkpoint and returns 130. The
-    same command again resumes there and ends with the uninterrupted weights."""
+    both ranks save at the next exchange step, the command prints the line naming the checkpoint and returns 130.
+    The same command again resumes there and ends with the uninterrupted weights."""
     output_dir, results, marker = str(tmp_path / "run"), str(tmp_path / "results"), tmp_path / "paused"
     command = ["launch", "--num_workers", "2", "--disable_tqdm", SCRIPT,
                *script_args(output_dir, results, "--pause_at", str(AT), "--pause_s", "3", "--marker", str(marker))]
@@ -128,7 +130,7 @@ class PauseOnce(TrainerCallback):
 def test_ctrl_c_in_the_python_api_saves_raises_keyboard_interrupt_and_train_again_continues(reference, tmp_path,
                                                                                             capfd):
     """`raytrainer.hosted(Trainer)(...).train()` (the stop script's model, data and arguments, with the progress
-    bar on) gets SIGINT while rank 0 pauses: both ranks save at the next step, train() prints the line and
+    bar on) gets SIGINT while rank 0 pauses: both ranks save at the next exchange step, train() prints the line and
     raises KeyboardInterrupt, the driver's bar is closed (left open, tqdm failed at the interpreter's exit). A
     new Trainer's train() on the same output_dir continues there and ends with the uninterrupted weights."""
     output_dir, marker = str(tmp_path / "run"), tmp_path / "paused"

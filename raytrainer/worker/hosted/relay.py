@@ -11,9 +11,10 @@ on the driver are added to HF's own (`should_save` from save_steps stays set; a 
 remote output_dir) or read once for their checksums (a local one), and rank 0 writes the manifest last
 (checkpoint/hf_dirs.py), under the run's lease; only then does the driver hear of the save.
 
-Preemption and Ctrl-C (stops.py): each `on_step_begin` starts one small all-reduce of the ranks' stop flags,
-read at the step's `on_step_end`; once agreed, every rank asks HF to save at that step, and the relay's
-`on_save` ends the loop after the commit.
+Preemption and Ctrl-C (stops.py): at an exchange step (about every 0.2 s of steps, on a schedule every rank
+agrees on) `on_step_begin` starts one small all-reduce of the ranks' stop flags, read at the step's
+`on_step_end`; once agreed, every rank asks HF to save at that step, and the relay's `on_save` ends the loop
+after the commit.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class Relay(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.stops is not None:
-            self.stops.at_step_begin()  # this rank's stop requests, in an all-reduce beside the step
+            self.stops.at_step_begin()  # at an exchange step: this rank's stop requests, beside the step
         return self._fire("step_begin", control)
 
     def on_substep_end(self, args, state, control, **kwargs):

@@ -5,8 +5,8 @@ ends (Ctrl-C: the driver says which checkpoint holds the run, and the same comma
 The parts are the own loop's (worker/stopping.py: the SIGTERM flag, Ray Train's preemption info, the driver's
 Ctrl-C, the hand-over; worker/step_sync.py: the exchange), placed in HF's loop by the relay:
 
-    on_step_begin(s) stage this rank's flags (SIGTERM, Ray's preemption info, rank 0: the driver's Ctrl-C)
-                     and start the exchange: it runs beside the step's forward and backward
+    on_step_begin(s) at an exchange step: stage this rank's flags (SIGTERM, Ray's preemption info, rank 0: the
+                     driver's Ctrl-C) and start the exchange: it runs beside the step's forward and backward
     on_step_end(s)   read it (done by then: no host wait for the step's work); agreed and s < max_steps:
                      should_save and should_training_stop on every rank
     HF saves at s    _save_checkpoint, then the relay's on_save commits it (barrier, manifest) and, for the
@@ -15,9 +15,17 @@ Ctrl-C, the hand-over; worker/step_sync.py: the exchange), placed in HF's loop b
     run_hosted       a preemption hands over to Ray Train (`StopSignals.hand_over`, counted against
                      max_preemptions); Ctrl-C returns rank 0's runs, the stopped one marked
 
-So a stop raised during step s - 1 (or at its end: a SIGTERM reaches the flag once Ray's main thread next
-gets the GIL) saves at step s, or at s + 1 when it came in after step s began: the step in progress is not
-lost.
+The exchange runs every `every` steps, not at every step: on gloo one all-reduce costs a step ~1 ms of wall time
+on 2 busy cores, whatever its size (its threads' wake-ups take the training threads' cores), which was 15-25 %
+of a 5 ms step (benchmarks/README.md). HF's loop needs no collective of raytrainer's for anything else, so the
+exchange only has to come often in wall time: rank 0 proposes `every` from its own step time since the last
+exchange (about EXCHANGE_S of steps, at least 1, at most MAX_EVERY), the proposal travels in the exchange itself
+(the other ranks add 0), and every rank takes the sum when it reads the exchange: the same schedule everywhere,
+from the same numbers, whatever each rank's clock says. The first exchange is at each train()'s first step.
+
+So a stop raised during step s - 1 (or at its end: a SIGTERM reaches the flag once Ray's main thread next gets
+the GIL) saves at the first exchange step from s on: about EXCHANGE_S of steps later at most, plus the step in
+progress, which is not lost.
 
 Outside a training loop (the script's top, an evaluate(), after train()) no step can be agreed on: on a
 SIGTERM there the worker reports its group preempted at once, and Ray Train restarts it (a preemption, as
@@ -31,14 +39,20 @@ import logging
 import os
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from ...protocol import Reason
 from ...verbosity import notice
 from ..step_sync import StepSync
-from ..stopping import HAND_OVER_TIMEOUT_S, StopSignals, report_preempted, sigterm_event, take_sigterm
+from ..stopping import HAND_OVER_TIMEOUT_S, POLL_S, StopSignals, report_preempted, sigterm_event, take_sigterm
 
 logger = logging.getLogger("raytrainer")
+
+# The wall time between two exchanges that rank 0 aims for (Ray's preemption info and the driver's Ctrl-C are
+# polled as often: a request is not seen sooner than that anyway), and the most steps between them, which bounds
+# a stop's delay in steps where the steps slow down after rank 0 measured them fast.
+EXCHANGE_S = POLL_S
+MAX_EVERY = 50
 
 
 class HostedStop(BaseException):
@@ -117,28 +131,50 @@ class JobStops:
 
 
 class LoopStops:
-    """The stop requests of one HF training loop, read and agreed at its step ends (see the module's doc)."""
+    """The stop requests of one HF training loop, agreed at the exchange steps (see the module's doc). `clock`:
+    rank 0's, for the exchange schedule (a test's)."""
 
-    def __init__(self, job: JobStops):
-        self.job = job
-        self.sync = StepSync(job.ctx)  # its one slot: the stop flags
+    def __init__(self, job: JobStops, clock: Callable[[], float] = time.monotonic):
+        self.job, self.clock = job, clock
+        self.sync = StepSync(job.ctx)  # its slots: the stop flags, then rank 0's proposed schedule
         self.signals = StopSignals(job.ctx, job.emitter, job.on_ray, self.sync, sigterm_taken=True)
+        self._proposal = self.sync.slot()
+        self.every = 1  # steps from one exchange to the next, as last agreed
+        self.countdown = 1  # steps until the next exchange: the first at the loop's first step
+        self._last: Optional[float] = None  # rank 0: when the last exchange started
         self.in_flight = False  # an exchange started at this step's begin, not read yet
         self.stop_step: Optional[int] = None  # the step every rank saves at and stops after
 
     def at_step_begin(self) -> None:
-        """Every rank, at each on_step_begin: this rank's requests sent (one exchange in flight at a time)."""
-        if not self.in_flight and self.stop_step is None:
-            self.signals.stage()
-            self.sync.start()
-            self.in_flight = True
+        """Every rank, at each on_step_begin: at an exchange step, this rank's requests sent (and on rank 0 the
+        next schedule proposed)."""
+        if self.stop_step is not None:
+            return
+        self.countdown -= 1
+        if self.countdown > 0 or self.in_flight:
+            return
+        self.signals.stage()
+        if self.job.ctx.is_main:
+            self._proposal.put(self._propose())
+        self.sync.start()
+        self.in_flight = True
+
+    def _propose(self) -> int:
+        """Rank 0: the steps until the exchange after this one, from its step time since the last exchange."""
+        now, last = self.clock(), self._last
+        self._last = now
+        if last is None or now <= last:
+            return 1
+        step_s = (now - last) / self.every
+        return max(1, min(MAX_EVERY, round(EXCHANGE_S / step_s)))
 
     def at_step_end(self, state, control) -> None:
-        """Every rank, at each on_step_end: the step's exchange read; a stop agreed asks HF to save now and
-        stop (at the last step the run ends anyway: nothing to do)."""
+        """Every rank, at each on_step_end: at an exchange step, its sums read; the agreed schedule taken, and a
+        stop agreed asks HF to save now and stop (at the last step the run ends anyway: nothing to do)."""
         if not self.in_flight:
             return
         self.in_flight = False
+        self.every = self.countdown = max(1, self._proposal.total)
         if self.signals.agreed() is not None and state.global_step < state.max_steps:
             self.stop_step = state.global_step
             control.should_save = True
