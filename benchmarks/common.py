@@ -218,6 +218,18 @@ def make_timed_trainer_class():
     return TimedTrainer
 
 
+def timed_script_parser():
+    """The arguments every timed script takes from the benchmark that runs it (hosted.py, gpu.py): where HF writes,
+    how many steps, and where rank 0 writes its stamps (`make_step_stamps_callback`). A script adds its own."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--max_steps", type=int, default=100)
+    parser.add_argument("--stamps", default="")
+    return parser
+
+
 def make_step_stamps_callback(path: str, started: float, extra: Optional[Callable[[], dict]] = None):
     """A `transformers.TrainerCallback` for a timed script (hosted_sft.py, gpu_hosted_script.py): rank 0
     writes the script's start (`started`, taken before its imports), train begin and every step end to `path`,

@@ -12,7 +12,6 @@ import time
 
 STARTED = time.time()  # before the imports: under either launcher, what the script itself costs
 
-import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import types  # noqa: E402
@@ -21,7 +20,7 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import make_step_stamps_callback  # noqa: E402
+from common import make_step_stamps_callback, timed_script_parser  # noqa: E402
 from fsdp import TokenRows  # noqa: E402  (random token rows, generated per index from the seed)
 from gpu_loops import StepProfile, process_facts  # noqa: E402
 
@@ -34,12 +33,9 @@ SIZES = {  # name: (LlamaConfig fields, sequence length, batch per process)
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--max_steps", type=int, default=100)
+    parser = timed_script_parser()
     parser.add_argument("--size", choices=sorted(SIZES), default="gpu")
     parser.add_argument("--fsdp", action="store_true")
-    parser.add_argument("--stamps", default="")
     parser.add_argument("--profile", type=int, default=0, help="profile the last N steps (rank 0)")
     options = parser.parse_args()
     fields, seq, batch = SIZES[options.size]

@@ -10,7 +10,6 @@ import time
 
 STARTED = time.time()  # before the imports: under either launcher, what the script itself costs
 
-import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -18,7 +17,7 @@ import torch  # noqa: E402
 from transformers import Trainer, TrainingArguments  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import make_step_stamps_callback  # noqa: E402
+from common import make_step_stamps_callback, timed_script_parser  # noqa: E402
 
 
 class Classifier(torch.nn.Module):
@@ -49,11 +48,7 @@ class Rows(torch.utils.data.Dataset):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--max_steps", type=int, default=100)
-    parser.add_argument("--stamps", default="")
-    options = parser.parse_args()
+    options = timed_script_parser().parse_args()
     torch.manual_seed(0)
     args = TrainingArguments(output_dir=options.output_dir, max_steps=options.max_steps,
                              per_device_train_batch_size=16, logging_steps=50, save_strategy="no", report_to="none",

@@ -9,7 +9,6 @@ import time
 
 STARTED = time.time()  # before the imports: under either launcher, what the script itself costs
 
-import argparse  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
@@ -21,17 +20,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast 
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import make_step_stamps_callback  # noqa: E402
+from common import make_step_stamps_callback, timed_script_parser  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(200)]
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--max_steps", type=int, default=100)
-    parser.add_argument("--stamps", default="")
-    options = parser.parse_args()
+    options = timed_script_parser().parse_args()
     vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>"] + WORDS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
