@@ -17,7 +17,8 @@ at that step, and:
   `train()` raises KeyboardInterrupt; `train(resume_from_checkpoint=True)` continues.
 
 The hosted mode uses the same parts inside HF's loop (worker/hosted/stops.py): its relay stages and exchanges
-the flags around each HF step, and a job takes SIGTERM once for all its Trainers (`take_sigterm`).
+the flags at exchange steps about 0.2 s apart (HF's loop needs no per-step exchange of raytrainer's), and a job
+takes SIGTERM once for all its Trainers (`take_sigterm`).
 
 Ray's worker process installs its own SIGTERM handler (exit at once). Signal handlers can only be set from
 a process's main thread, and the training function runs in another thread, so ours is installed by a
