@@ -17,34 +17,7 @@ import torch  # noqa: E402
 from transformers import Trainer, TrainingArguments  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import make_step_stamps_callback, timed_script_parser  # noqa: E402
-
-
-class Classifier(torch.nn.Module):
-    """32 features -> 256 -> 4 classes; returns HF's {"loss", "logits"}."""
-
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
-
-    def forward(self, x, labels=None):
-        logits = self.net(x)
-        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
-
-
-class Rows(torch.utils.data.Dataset):
-    """4096 random rows, the same under every launcher (seeded)."""
-
-    def __init__(self, n: int = 4096):
-        generator = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, 32, generator=generator)
-        self.y = torch.randint(0, 4, (n,), generator=generator)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"x": self.x[i], "labels": self.y[i]}
+from common import MLP, SyntheticDataset, make_step_stamps_callback, timed_script_parser  # noqa: E402
 
 
 def main():
@@ -53,7 +26,9 @@ def main():
     args = TrainingArguments(output_dir=options.output_dir, max_steps=options.max_steps,
                              per_device_train_batch_size=16, logging_steps=50, save_strategy="no", report_to="none",
                              disable_tqdm=True, learning_rate=1e-3, use_cpu=True, dataloader_num_workers=0)
-    Trainer(model=Classifier(), args=args, train_dataset=Rows(),
+    # 32 features -> 256 -> 4 classes, 4096 rows: the same under every launcher (seeded)
+    Trainer(model=MLP(dim=32, hidden=256, depth=1, num_classes=4), args=args,
+            train_dataset=SyntheticDataset(4096, 32, 4, seed=0),
             callbacks=[make_step_stamps_callback(options.stamps, STARTED)]).train()
 
 
