@@ -264,6 +264,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def torchrun_command(nproc: int) -> list:
+    """`torchrun --nproc_per_node nproc` on a free port: torchrun's default 29500 may still be held by the
+    socket of the run before (a benchmark's second round then failed to start)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--master_port", str(free_port())]
+
+
 def ship_by_value():
     """Make cloudpickle send this module's classes by value, so the workers need not import it."""
     import cloudpickle

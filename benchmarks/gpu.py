@@ -245,9 +245,8 @@ def run_hosted(launcher: str, variant: str, opts, workdir: str, tag: str, profil
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         if opts.device != "cuda":
             env["ACCELERATE_USE_CPU"] = "true"  # as the hosted job has it on CPU workers
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(opts.world),
-                        HOSTED_SCRIPT, *script_args], check=True, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run([*common.torchrun_command(opts.world), HOSTED_SCRIPT, *script_args], check=True, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # the script's start, train begin, every step end (wall clock); the facts of its process and its profile
     got, call_s = common.read_stamps(stamps), time.time() - called
     # This driver's CPU (launch: the job's pump runs here) and the whole machine's busy cores over the call.

@@ -1,16 +1,17 @@
-"""The hosted mode's cost: one TRL SFT script (or `--script plain`: a plain transformers.Trainer with a tiny model)
-under torchrun and under `raytrainer launch`, 2 processes each (`--workers`).
+"""The hosted mode's cost: one TRL SFT script (or `--script plain` / `llama`: a plain transformers.Trainer with a
+tiny MLP / Llama) under torchrun and under `raytrainer launch`, 2 processes each (`--workers`).
 
     python benchmarks/hosted.py                 # 3 pairs of 200 steps: ~3-4 min on 2 cores
     python benchmarks/hosted.py --script plain --steps 1500 --torchrun-alone  # 5 ms steps: ~4 min
     python benchmarks/hosted.py --steps 300 --pairs 5 --json /tmp/hosted.json
     python benchmarks/hosted.py --torchrun-alone  # Ray stopped while torchrun runs: ~5-6 min
     python benchmarks/hosted.py --workers 1       # one rank: launch runs a plain process, torchrun DDP of one
+    python benchmarks/hosted.py --cli --script llama --steps 1200 --pairs 5  # the command as typed: ~7 min
 
-The script (benchmarks/hosted_sft.py, or hosted_plain.py) stamps, on rank 0, its own start (before its
-imports), train begin and every step end. Ray and the worker group are started first by one untimed launch (its
-start-up is reported); then each pair runs torchrun and `raytrainer launch` (on the warm group) one after the
-other, in alternating order (t h, h t, ...), so a host whose speed drifts by minutes weighs on both sides
+The script (benchmarks/hosted_sft.py, hosted_plain.py or gpu_hosted_script.py) stamps, on rank 0, its own start
+(before its imports), train begin and every step end. Ray and the worker group are started first by one untimed
+launch (its start-up is reported); then each pair runs torchrun and `raytrainer launch` (on the warm group) one
+after the other, in alternating order (t h, h t, ...), so a host whose speed drifts by minutes weighs on both sides
 alike. Reported per run:
   steady step    the median step time over the steps after the first 20% (the same code runs in both:
                  HF's loop, DDP over gloo; the difference is what hosting adds per step)
@@ -31,7 +32,10 @@ neither start is in the steady step): the ratio is what raytrainer's hosting add
 By default torchrun runs beside the idle Ray instance and worker group (their idle CPU is in its "others"):
 the ratio is what hosting adds to a machine where Ray runs anyway. `--torchrun-alone` stops Ray (and the
 group) before each torchrun run and starts both again for the launch (a new group each time, whose start is
-not in the steady step): the ratio a user who runs torchrun on a machine of its own compares with.
+not in the steady step): the ratio a user who runs torchrun on a machine of its own compares with. `--cli` runs
+`raytrainer launch --num_workers W script ...` as a command in a process of its own, which starts its own Ray and
+group each time and stops them at its end (nothing of Ray's runs beside torchrun): what a user who types either
+command compares; its call_s holds Ray's start and stop.
 """
 
 from __future__ import annotations
@@ -49,8 +53,11 @@ import common
 
 sys.path.insert(0, common.REPO_ROOT)
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = {"sft": os.path.join(HERE, "hosted_sft.py"), "plain": os.path.join(HERE, "hosted_plain.py")}
-SCRIPT = SCRIPTS["sft"]  # the script timed (--script, set once by main)
+# --script: the file timed and the arguments it always takes
+SCRIPTS = {"sft": ("hosted_sft.py", ()), "plain": ("hosted_plain.py", ()),
+           "llama": ("gpu_hosted_script.py", ("--size", "smoke"))}
+SCRIPT = os.path.join(HERE, "hosted_sft.py")  # the script timed (--script, set once by main)
+SCRIPT_ARGS: tuple = ()  # its fixed arguments (set with SCRIPT)
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 WORKERS = 2  # ranks on each side (--workers, set once by main)
 
@@ -121,16 +128,36 @@ def phases(stamps: dict, called: float, cpu: ProcessCPU) -> dict:
     return {**common.script_phases(stamps, called), **cpu.over(steps[(len(steps) - 1) // 5:])}
 
 
-def run_torchrun(steps: int, root: str) -> dict:
-    stamps = os.path.join(root, "torchrun.json")
+def script_argv(steps: int, root: str, tag: str) -> list:
+    """The timed script's arguments for one run: its output folder and stamps file named by `tag`."""
+    return ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps),
+            "--stamps", os.path.join(root, f"{tag}.json"), *SCRIPT_ARGS]
+
+
+def run_command(command: list, rank_marker: bytes, steps: int, root: str, tag: str) -> dict:
+    """`command` + the script and its arguments, in a process of its own; its ranks found by `rank_marker`."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    log = os.path.join(root, f"{tag}.log")
     called = time.time()
-    with ProcessCPU(SCRIPT.encode()) as cpu:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORKERS), SCRIPT,
-                        "--output_dir", os.path.join(root, "torchrun"), "--max_steps", str(steps),
-                        "--stamps", stamps], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(stamps) as f:
+    with ProcessCPU(rank_marker) as cpu, open(log, "w") as out:
+        done = subprocess.run([*command, SCRIPT, *script_argv(steps, root, tag)], env=env, stdout=out,
+                              stderr=subprocess.STDOUT)
+    if done.returncode:
+        with open(log) as f:
+            raise SystemExit(f"{' '.join(command)} failed (exit {done.returncode}); its output ends:\n"
+                             f"{f.read()[-3000:]}")
+    with open(os.path.join(root, f"{tag}.json")) as f:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+
+
+def run_torchrun(steps: int, root: str) -> dict:
+    return run_command(common.torchrun_command(WORKERS), SCRIPT.encode(), steps, root, "torchrun")
+
+
+def run_cli(steps: int, root: str, tag: str) -> dict:
+    """`raytrainer launch` as a user types it: a process of its own that starts its own Ray (`--cli`)."""
+    command = [sys.executable, "-m", "raytrainer", "launch", "--num_workers", str(WORKERS)]
+    return run_command(command, b"RayTrainWorker", steps, root, tag)
 
 
 _BARE: list = []  # the two bare actors, started by the first bare run and kept (as the warm group is)
@@ -146,8 +173,7 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
         ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
         _BARE.extend(ray.remote(num_cpus=0)(hosted_ladder.ScriptHost).remote() for _ in range(WORKERS))
     port = common.free_port()
-    stamps = os.path.join(root, f"{tag}.json")
-    argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
+    stamps, argv = os.path.join(root, f"{tag}.json"), script_argv(steps, root, tag)
     called = time.time()
     with ProcessCPU(b"ScriptHost") as cpu:
         ray.get([actor.run.remote(SCRIPT, argv, {
@@ -176,8 +202,7 @@ def run_raytrain(steps: int, root: str, tag: str) -> dict:
 
     ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
     holders.release_all()  # the launch's idle group holds the CPUs its workers need
-    stamps = os.path.join(root, f"{tag}.json")
-    argv = ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps]
+    stamps, argv = os.path.join(root, f"{tag}.json"), script_argv(steps, root, tag)
     called = time.time()
     with ProcessCPU(b"RayTrainWorker") as cpu:
         config = {"script": SCRIPT, "argv": argv, "run": hosted_ladder.run_as_main,
@@ -192,12 +217,11 @@ def run_raytrain(steps: int, root: str, tag: str) -> dict:
 def run_launch(steps: int, root: str, tag: str) -> dict:
     import raytrainer
 
-    stamps = os.path.join(root, f"{tag}.json")
     called = time.time()
     with ProcessCPU(b"RayTrainWorker") as cpu:
-        raytrainer.launch(SCRIPT, ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps),
-                                   "--stamps", stamps], num_workers=WORKERS, disable_tqdm=True, resume=False)
-    with open(stamps) as f:
+        raytrainer.launch(SCRIPT, script_argv(steps, root, tag), num_workers=WORKERS, disable_tqdm=True,
+                          resume=False)
+    with open(os.path.join(root, f"{tag}.json")) as f:
         return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
 
 
@@ -235,7 +259,7 @@ def row(pair, name: str, figures: dict, load: float) -> list:
 
 
 def main():
-    global WORKERS, SCRIPT
+    global WORKERS, SCRIPT, SCRIPT_ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=3)
@@ -245,19 +269,28 @@ def main():
                              "TorchTrainer (see above)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="ranks on each side (default 2)")
     parser.add_argument("--script", choices=tuple(SCRIPTS), default="sft",
-                        help="hosted_sft.py (TRL's SFTTrainer, ~40 ms steps) or hosted_plain.py (a plain "
-                             "transformers.Trainer, ~5 ms steps: a launcher's per-step cost shows)")
+                        help="hosted_sft.py (TRL's SFTTrainer, ~40 ms steps), hosted_plain.py (a plain "
+                             "transformers.Trainer, ~5 ms steps: a launcher's per-step cost shows) or llama "
+                             "(gpu_hosted_script.py --size smoke: a plain Trainer on a tiny Llama, ~17 ms steps)")
+    parser.add_argument("--cli", action="store_true",
+                        help="run `raytrainer launch` as a command, in a process of its own with its own Ray, as "
+                             "a user types it (each launch starts Ray and a group; no Ray in this process)")
     parser.add_argument("--json")
     options = parser.parse_args()
-    WORKERS, SCRIPT = options.workers, SCRIPTS[options.script]
+    if options.cli and options.baseline != "torchrun":
+        parser.error("--cli compares the command with torchrun: leave --baseline out")
+    WORKERS = options.workers
+    SCRIPT, SCRIPT_ARGS = os.path.join(HERE, SCRIPTS[options.script][0]), SCRIPTS[options.script][1]
     from raytrainer.coordinator import holders
 
     rows, ratios, runs = [], [], []
     base = BASELINES[options.baseline]  # the baseline's row name
     with tempfile.TemporaryDirectory() as root:
-        ray_s = start_ray()
-        first = run_launch(options.steps, root, "launch-first")  # the group's start: not in a pair
-        rows.append(row("-", "raytrainer launch (new group)", first, os.getloadavg()[0]))
+        ray_s, first = None, None
+        if not options.cli:
+            ray_s = start_ray()
+            first = run_launch(options.steps, root, "launch-first")  # the group's start: not in a pair
+            rows.append(row("-", "raytrainer launch (new group)", first, os.getloadavg()[0]))
         for pair in range(options.pairs):
             order = ("torchrun", "launch") if pair % 2 == 0 else ("launch", "torchrun")
             figures = {}
@@ -270,6 +303,9 @@ def main():
                     if options.torchrun_alone:
                         stop_ray()
                     figures[name] = run_torchrun(options.steps, root)
+                elif options.cli:
+                    group = "the command, its own Ray"
+                    figures[name] = run_cli(options.steps, root, f"launch-{pair}")
                 else:
                     group = "new group" if start_ray() is not None or not holders.idle_groups() else "warm group"
                     figures[name] = run_launch(options.steps, root, f"launch-{pair}")
@@ -279,11 +315,13 @@ def main():
             runs.append(figures)
             print(f"[pair {pair + 1}/{options.pairs}] hosted / {options.baseline} {ratios[-1]:.3f} "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    beside = "torchrun with no Ray running" if options.torchrun_alone else "torchrun beside the idle Ray and group"
+    beside = "torchrun with no Ray running" if options.torchrun_alone or options.cli else \
+        "torchrun beside the idle Ray and group"
     if options.baseline != "torchrun":
         beside = f"{base} in torchrun's place"
+    ray_start = "each launch starts its own Ray" if options.cli else f"Ray start: {ray_s:.1f} s"
     common.print_table(f"{os.path.basename(SCRIPT)}, {WORKERS} process(es), {options.steps} steps, {beside} "
-                       f"(Ray start: {ray_s:.1f} s)",
+                       f"({ray_start})",
                        ["pair", "launcher", "steady_step_ms", "rank_cpu_ms", "other_cores", "to_script_s",
                         "script_s", "first_step_s", "call_s", "load"],
                        rows, notes=[f"hosted / {options.baseline} steady step, per pair: "
@@ -291,8 +329,9 @@ def main():
                                     " (target <= 1.05)"])
     common.write_json(options.json, {"machine": common.machine_info(), "rows": rows, "ratios": ratios,
                                      "runs": runs, "first_launch": first, "ray_start_s": ray_s,
-                                     "torchrun_alone": options.torchrun_alone, "baseline": options.baseline,
-                                     "workers": WORKERS, "script": os.path.basename(SCRIPT)})
+                                     "torchrun_alone": options.torchrun_alone, "cli": options.cli,
+                                     "baseline": options.baseline, "workers": WORKERS,
+                                     "script": os.path.basename(SCRIPT)})
 
 
 if __name__ == "__main__":
