@@ -93,9 +93,12 @@ class _DriverTimeline(Timeline):
 class Startup:
     """A train() call's timeline on the driver, completed by rank 0's phases and its first step. `doing`: what
     the driver waits for now, in words; `on_started`: called once, by the driver's event pump, when the run's
-    first event reaches the callbacks (the progress bar's turn: the start-up line goes)."""
+    first event reaches the callbacks (the progress bar's turn: the start-up line goes). `words_only`: the line's
+    words and nothing more, for the hosted mode (its ranks run the user's script and send no set-up phases, so
+    the timeline is neither logged nor kept in the state)."""
 
-    def __init__(self):
+    def __init__(self, words_only: bool = False):
+        self.words_only = words_only
         self.doing = "checking the arguments and data"
         self.on_started: Optional[Callable[[], None]] = None
         self.driver = _DriverTimeline(self)

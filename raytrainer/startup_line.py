@@ -24,8 +24,8 @@ PREFIX = "[raytrainer] "
 
 class StartupLine:
     def __init__(self, startup: Startup, enabled: bool = True, stream: Optional[TextIO] = None,
-                 tty: Optional[bool] = None, after_s: float = 2.0, every_s: float = 0.5):
-        self.startup = startup
+                 tty: Optional[bool] = None, after_s: float = 2.0, every_s: float = 0.5, since: str = "train()"):
+        self.startup, self.since = startup, since  # since: what the seconds count from, in the line's words
         self.stream = stream if stream is not None else sys.stderr
         self.tty = tty if tty is not None else bool(getattr(self.stream, "isatty", lambda: False)())
         self.after_s, self.every_s = after_s, every_s
@@ -74,7 +74,7 @@ class StartupLine:
                 self._drawn = True
         elif now - self._phase_since >= self.after_s and doing not in self._printed:
             self._printed.add(doing)
-            self._write(f"{PREFIX}starting: {doing}... ({waited:.0f} s since train())\n")
+            self._write(f"{PREFIX}starting: {doing}... ({waited:.0f} s since {self.since})\n")
 
     def _write(self, text: str) -> None:
         try:

@@ -4,8 +4,10 @@ hand, on the real Startup; an in-process train() shows it end to end."""
 
 import io
 import time
+import types
 
 from raytrainer import Trainer, TrainingArguments
+from raytrainer.coordinator.handlers import StartupWatch
 from raytrainer.startup import Startup
 from raytrainer.startup_line import StartupLine
 from tests.models import TokenData, make_model
@@ -48,3 +50,22 @@ def test_train_in_process_with_the_bar_on_prints_no_start_up_line_when_start_up_
                              report_to="none")
     Trainer(model=make_model(), args=args, train_dataset=TokenData(16)).train()
     assert "starting:" not in capsys.readouterr().err
+
+
+def test_a_hosted_start_counts_from_the_launch_and_goes_at_its_first_event():
+    """The hosted mode (hosting/dispatch_order.py) shows the same line while Ray and its group start; its seconds
+    count from the launch (or the call), and its words-only Startup logs no timeline (its ranks send none)."""
+    startup, out = Startup(words_only=True), io.StringIO()
+    watch = StartupWatch(startup)
+    callbacks = types.SimpleNamespace(state=types.SimpleNamespace(startup=None))
+    with StartupLine(startup, stream=out, tty=False, after_s=0.05, every_s=0.01, since="the launch"):
+        startup.doing = "connecting to Ray"
+        assert wait_for(lambda: "connecting to Ray" in out.getvalue())
+        assert not watch.reads({"kind": "train_begin"}, callbacks)  # the first event: the line goes
+        shown = out.getvalue()
+        time.sleep(0.1)
+    assert out.getvalue() == shown
+    assert shown.startswith("[raytrainer] starting: connecting to Ray... (")
+    assert shown.endswith(" s since the launch)\n")
+    watch.log(callbacks)
+    assert callbacks.state.startup is None and not watch.logged

@@ -45,7 +45,7 @@ class StartupWatch:
         return False
 
     def log(self, callbacks: CallbackHandler):
-        if self.logged:
+        if self.logged or self.startup.words_only:
             return
         self.logged = True
         logger.info("%s", self.startup.line())

@@ -16,6 +16,8 @@ from ..coordinator import cluster, dispatch, holders
 from ..coordinator.handlers import JobHandlers
 from ..errors import ConfigError
 from ..protocol import HostedOrder, HostedResult
+from ..startup import Startup
+from ..startup_line import StartupLine
 from .hosted_handler import HostedHandler
 from .options import HostedOptions
 
@@ -25,18 +27,33 @@ def dispatch_order(target: Any, order: HostedOrder, options: HostedOptions, call
                    receive: Optional[Callable[[HostedResult], Any]] = None) -> Any:
     """Run `order` on its `target` (`protocol.HostedScript` or `HostedCall`), its events to `callbacks` and its
     claims to `claims` (whose leases are released at the end); rank 0's `HostedResult` as `receive(result)`
-    returns it (called while the result's weights still exist)."""
+    returns it (called while the result's weights still exist). While Ray and a new group start (20 s and more),
+    the start-up line says what for (startup_line.py), as raytrainer.Trainer's train() does."""
+    startup = Startup(words_only=True)
+    quiet = getattr(callbacks.args, "disable_tqdm", options.disable_tqdm)  # as the driver's progress has it
+    since = "the launch" if order.method is None else f"{order.method}()"
+    with StartupLine(startup, enabled=not quiet, since=since):
+        return _dispatch(target, order, options, callbacks, claims, user, receive, startup)
+
+
+def _dispatch(target: Any, order: HostedOrder, options: HostedOptions, callbacks: CallbackHandler,
+              claims: HostedHandler, user: holders.PoolUser, receive: Optional[Callable[[HostedResult], Any]],
+              startup: Startup) -> Any:
     if options.max_workers > 0:  # else in this process, without Ray (a debugger works), as raytrainer.Trainer's
+        startup.doing = "connecting to Ray"
         cluster.connect(options.ray_address)
     spec = options.run_spec()  # the GPUs: the cluster's, once connected
     if not spec.in_process:
+        startup.doing = "checking placement"
         cluster.check_placeable(spec.num_workers, spec.per_worker())
         if cluster.workers_may_be_elsewhere():
             check_datasets_travel(target)
+    startup.driver.mark("preflight")
     packed = pack(target, order)
+    startup.driver.mark("pack")
     try:
         return dispatch.dispatch_job(packed, order.job_kind, spec=spec, handlers=JobHandlers(callbacks, claims),
-                                     user=user, datasets={}, receive=receive)
+                                     user=user, datasets={}, receive=receive, startup=startup)
     except Exception:
         if claims.refused is not None:  # every rank raised it from the claim's reply: the driver's message alone
             raise ConfigError(claims.refused) from None
