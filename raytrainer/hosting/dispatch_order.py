@@ -32,7 +32,8 @@ def dispatch_order(target: Any, order: HostedOrder, options: HostedOptions, call
     startup = Startup(words_only=True)
     quiet = getattr(callbacks.args, "disable_tqdm", options.disable_tqdm)  # as the driver's progress has it
     since = "the launch" if order.method is None else f"{order.method}()"
-    with StartupLine(startup, enabled=not quiet, since=since):
+    # num_workers=0 runs the script here: its own set-up is what the wait is, and no worker group starts
+    with StartupLine(startup, enabled=not quiet and options.max_workers > 0, since=since):
         return _dispatch(target, order, options, callbacks, claims, user, receive, startup)
 
 
