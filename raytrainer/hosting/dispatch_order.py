@@ -32,35 +32,30 @@ def dispatch_order(target: Any, order: HostedOrder, options: HostedOptions, call
     startup = Startup(words_only=True)
     quiet = getattr(callbacks.args, "disable_tqdm", options.disable_tqdm)  # as the driver's progress has it
     since = "the launch" if order.method is None else f"{order.method}()"
-    # num_workers=0 runs the script here: its own set-up is what the wait is, and no worker group starts
-    with StartupLine(startup, enabled=not quiet and options.max_workers > 0, since=since):
-        return _dispatch(target, order, options, callbacks, claims, user, receive, startup)
-
-
-def _dispatch(target: Any, order: HostedOrder, options: HostedOptions, callbacks: CallbackHandler,
-              claims: HostedHandler, user: holders.PoolUser, receive: Optional[Callable[[HostedResult], Any]],
-              startup: Startup) -> Any:
-    if options.max_workers > 0:  # else in this process, without Ray (a debugger works), as raytrainer.Trainer's
-        startup.doing = "connecting to Ray"
-        cluster.connect(options.ray_address)
-    spec = options.run_spec()  # the GPUs: the cluster's, once connected
-    if not spec.in_process:
-        startup.doing = "checking placement"
-        cluster.check_placeable(spec.num_workers, spec.per_worker())
-        if cluster.workers_may_be_elsewhere():
-            check_datasets_travel(target)
-    startup.driver.mark("preflight")
-    packed = pack(target, order)
-    startup.driver.mark("pack")
-    try:
-        return dispatch.dispatch_job(packed, order.job_kind, spec=spec, handlers=JobHandlers(callbacks, claims),
-                                     user=user, datasets={}, receive=receive, startup=startup)
-    except Exception:
-        if claims.refused is not None:  # every rank raised it from the claim's reply: the driver's message alone
-            raise ConfigError(claims.refused) from None
-        raise
-    finally:
-        claims.close()
+    remote = options.max_workers > 0  # else in this process, without Ray (a debugger works), as raytrainer.Trainer's
+    # in process, the script's own set-up is what the wait is, and no worker group starts: no line
+    with StartupLine(startup, enabled=remote and not quiet, since=since):
+        if remote:
+            startup.doing = "connecting to Ray"
+            cluster.connect(options.ray_address)
+        spec = options.run_spec()  # the GPUs: the cluster's, once connected
+        if not spec.in_process:
+            startup.doing = "checking placement"
+            cluster.check_placeable(spec.num_workers, spec.per_worker())
+            if cluster.workers_may_be_elsewhere():
+                check_datasets_travel(target)
+        startup.driver.mark("preflight")
+        packed = pack(target, order)
+        startup.driver.mark("pack")
+        try:
+            return dispatch.dispatch_job(packed, order.job_kind, spec=spec, handlers=JobHandlers(callbacks, claims),
+                                         user=user, datasets={}, receive=receive, startup=startup)
+        except Exception:
+            if claims.refused is not None:  # every rank raised it from the claim's reply: the driver's message alone
+                raise ConfigError(claims.refused) from None
+            raise
+        finally:
+            claims.close()
 
 
 def check_datasets_travel(target: Any):
