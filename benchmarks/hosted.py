@@ -122,16 +122,24 @@ class ProcessCPU(common.BackgroundThread):
                 "other_cores": ((o1 - o0) - (own1 - own0)) / (t1 - t0)}
 
 
-def phases(stamps: dict, called: float, cpu: ProcessCPU) -> dict:
-    """common.script_phases, and the CPU the processes used over the same steady steps."""
-    steps = stamps["steps"]
-    return {**common.script_phases(stamps, called), **cpu.over(steps[(len(steps) - 1) // 5:])}
+def stamps_path(root: str, tag: str) -> str:
+    return os.path.join(root, f"{tag}.json")
 
 
 def script_argv(steps: int, root: str, tag: str) -> list:
     """The timed script's arguments for one run: its output folder and stamps file named by `tag`."""
-    return ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps),
-            "--stamps", os.path.join(root, f"{tag}.json"), *SCRIPT_ARGS]
+    return ["--output_dir", os.path.join(root, tag), "--max_steps", str(steps), "--stamps", stamps_path(root, tag),
+            *SCRIPT_ARGS]
+
+
+def run_figures(root: str, tag: str, called: float, cpu: ProcessCPU) -> dict:
+    """One run's figures once it has ended (`called`: when it was started): common.script_phases of the stamps
+    its script wrote, and the CPU the processes used over the same steady steps."""
+    with open(stamps_path(root, tag)) as f:
+        stamps = json.load(f)
+    steps = stamps["steps"]
+    return {**common.script_phases(stamps, called), **cpu.over(steps[(len(steps) - 1) // 5:]),
+            "call_s": time.time() - called}
 
 
 def run_command(command: list, rank_marker: bytes, steps: int, root: str, tag: str) -> dict:
@@ -146,8 +154,7 @@ def run_command(command: list, rank_marker: bytes, steps: int, root: str, tag: s
         with open(log) as f:
             raise SystemExit(f"{' '.join(command)} failed (exit {done.returncode}); its output ends:\n"
                              f"{f.read()[-3000:]}")
-    with open(os.path.join(root, f"{tag}.json")) as f:
-        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+    return run_figures(root, tag, called, cpu)
 
 
 def run_torchrun(steps: int, root: str) -> dict:
@@ -173,7 +180,7 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
         ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
         _BARE.extend(ray.remote(num_cpus=0)(hosted_ladder.ScriptHost).remote() for _ in range(WORKERS))
     port = common.free_port()
-    stamps, argv = os.path.join(root, f"{tag}.json"), script_argv(steps, root, tag)
+    argv = script_argv(steps, root, tag)
     called = time.time()
     with ProcessCPU(b"ScriptHost") as cpu:
         ray.get([actor.run.remote(SCRIPT, argv, {
@@ -181,8 +188,7 @@ def run_bare(steps: int, root: str, tag: str) -> dict:
             "WORLD_SIZE": str(WORKERS), "LOCAL_WORLD_SIZE": str(WORKERS), "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port)})
             for rank, actor in enumerate(_BARE)])
-    with open(stamps) as f:
-        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+    return run_figures(root, tag, called, cpu)
 
 
 def _script_in_ray_train(config: dict):
@@ -202,7 +208,7 @@ def run_raytrain(steps: int, root: str, tag: str) -> dict:
 
     ray.cloudpickle.register_pickle_by_value(hosted_ladder)  # the workers have no benchmarks/ on their path
     holders.release_all()  # the launch's idle group holds the CPUs its workers need
-    stamps, argv = os.path.join(root, f"{tag}.json"), script_argv(steps, root, tag)
+    argv = script_argv(steps, root, tag)
     called = time.time()
     with ProcessCPU(b"RayTrainWorker") as cpu:
         config = {"script": SCRIPT, "argv": argv, "run": hosted_ladder.run_as_main,
@@ -210,8 +216,7 @@ def run_raytrain(steps: int, root: str, tag: str) -> dict:
         TorchTrainer(_script_in_ray_train, train_loop_config=config,
                      scaling_config=ScalingConfig(num_workers=WORKERS),
                      run_config=RunConfig(name=tag, storage_path=root)).fit()
-    with open(stamps) as f:
-        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+    return run_figures(root, tag, called, cpu)
 
 
 def run_launch(steps: int, root: str, tag: str) -> dict:
@@ -221,8 +226,7 @@ def run_launch(steps: int, root: str, tag: str) -> dict:
     with ProcessCPU(b"RayTrainWorker") as cpu:
         raytrainer.launch(SCRIPT, script_argv(steps, root, tag), num_workers=WORKERS, disable_tqdm=True,
                           resume=False)
-    with open(os.path.join(root, f"{tag}.json")) as f:
-        return {**phases(json.load(f), called, cpu), "call_s": time.time() - called}
+    return run_figures(root, tag, called, cpu)
 
 
 def start_ray():
