@@ -298,10 +298,11 @@ class WorkerGroup:
         if wait:
             self.join(CLOSE_TIMEOUT_S)
 
-    def stop_now(self):
-        """Kill the controller and the sink without waiting (the driver exits; a running job is lost)."""
+    def stop_now(self, graceful: bool = True):
+        """Kill the controller and the sink without waiting (the driver exits; a running job is lost).
+        `graceful=False`: without Ray Train's abort first (`_abort_gracefully`), when the whole Ray goes next."""
         self.closing = True
-        self._abort()
+        self._abort(graceful)
         self._kill_sink()
 
     def join(self, timeout_s: float):
@@ -311,7 +312,7 @@ class WorkerGroup:
             self._thread.join(10)
         self._kill_sink()
 
-    def _abort(self):
+    def _abort(self, graceful: bool = True):
         import ray
 
         if not ray.is_initialized():
@@ -320,7 +321,8 @@ class WorkerGroup:
             if self._controller is None:
                 self._controller = self.controller()
             if self._controller is not None:
-                self._abort_gracefully()
+                if graceful:
+                    self._abort_gracefully()
                 kill_and_wait(self._controller)  # its workers go with it; its placement group: _fit's error path
         except Exception:  # noqa: BLE001 (a dead sink or controller: nothing left to stop)
             pass

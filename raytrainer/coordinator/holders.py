@@ -69,9 +69,15 @@ def release_all(wait: bool = True):
 def _release_at_exit():
     """At exit no call runs on a group any more and Ray is about to go (an embedded one) or to end this
     driver's actors (a cluster): stop each group's controller (its workers and placement group go with it)
-    and sink at once instead of Ray Train's graceful shutdown, which every script's exit waited for."""
+    and sink at once instead of Ray Train's graceful shutdown, which every script's exit waited for. A Ray this
+    process started goes next, with everything in it: its groups skip even Ray Train's abort (which cancels the
+    group's autoscaling request and removes its placement group): `raytrainer launch` on its own Ray ended in
+    2.8-3.1 s after the last step instead of 3.9-4.4 s (3 runs each, 2 cores)."""
+    from .cluster import started_here
+
+    ours = _LIVE and started_here()
     for group in list(_LIVE.values()):
-        group.stop_now()
+        group.stop_now(graceful=not ours)
     _LIVE.clear()
 
 

@@ -39,6 +39,9 @@ class FakeGroup:
         self.closing = self.closed = True
         self.cluster.give_back(self.holds["CPU"])
 
+    def stop_now(self, graceful: bool = True):
+        self.closing, self.stopped = True, "gracefully" if graceful else "at once"
+
     def thread_alive(self) -> bool:
         return True
 
@@ -150,3 +153,18 @@ def test_a_trainers_close_releases_its_last_group_unless_another_trainer_used_it
 
     gc.collect()
     assert holders.user_of(b) is None  # the pool keeps no Trainer alive
+
+
+@pytest.mark.parametrize("ray_started_here, how", [(True, "at once"), (False, "gracefully")])
+def test_at_exit_every_group_stops_and_only_on_a_ray_that_goes_with_this_process_without_ray_trains_abort(
+        pool, monkeypatch, ray_started_here, how):
+    """Ray's own exit handler shuts a Ray this process started down next, with every actor and placement group in
+    it: Ray Train's abort (its autoscaling request cancelled, its placement group removed; ~1 s of a launch's
+    exit) is for a cluster, which stays."""
+    from raytrainer.coordinator import cluster
+
+    live = pool(0, 0, (2, False, "idle A"), (2, True, "the Trainer created at busy.py:7"))
+    groups = list(live.values())
+    monkeypatch.setattr(cluster, "started_here", lambda: ray_started_here)
+    holders._release_at_exit()
+    assert [group.stopped for group in groups] == [how, how] and live == {}
