@@ -384,20 +384,24 @@ def profile_notes(parts: dict) -> list:
 
 def hosted_cpu_notes(parts: dict) -> list:
     """Per hosted variant and launcher, medians over its rounds: the step's wall time against the CPU its loop's
-    thread and its process spent (a gap: the thread waited), this driver's CPU and the machine's busy cores."""
+    thread and its process spent (a gap: the thread waited), the loop thread's context switches a step (blocked:
+    on the GIL, a lock or the device; preempted: another thread or process took its core), this driver's CPU and
+    the machine's busy cores."""
     lines = []
     for variant, result in (parts.get("hosted") or {}).items():
         for name in ("launch", "torchrun", "plain", "actor"):
             got = [r[name] for r in (result or {}).get("rounds", []) if (r.get(name, {}).get("cpu_per_step") or {})]
             if not got:
                 continue
-            cpu = {key: statistics.median(g["cpu_per_step"][key] for g in got)
-                   for key in ("wall_ms", "loop_thread_cpu_ms", "process_cpu_ms")}
+            cpu = {key: statistics.median(g["cpu_per_step"].get(key, float("nan")) for g in got)
+                   for key in ("wall_ms", "loop_thread_cpu_ms", "process_cpu_ms", "loop_thread_blocked",
+                               "loop_thread_preempted")}
             driver = statistics.median(g["driver_cpu_s"] for g in got)
             busy = statistics.median(g["machine_busy_cores"] for g in got)
             lines.append(f"cpu {variant} {name}: a step {cpu['wall_ms']:.1f} ms wall, loop thread "
-                         f"{cpu['loop_thread_cpu_ms']:.1f} ms CPU, process {cpu['process_cpu_ms']:.1f}; driver "
-                         f"{driver:.1f} s CPU, machine {busy:.2f} cores busy over the call")
+                         f"{cpu['loop_thread_cpu_ms']:.1f} ms CPU, blocked {cpu['loop_thread_blocked']:.1f} and "
+                         f"preempted {cpu['loop_thread_preempted']:.1f} times, process {cpu['process_cpu_ms']:.1f} "
+                         f"ms CPU; driver {driver:.1f} s CPU, machine {busy:.2f} cores busy over the call")
     return lines
 
 

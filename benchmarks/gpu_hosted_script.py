@@ -13,6 +13,7 @@ import time
 STARTED = time.time()  # before the imports: under either launcher, what the script itself costs
 
 import os  # noqa: E402
+import resource  # noqa: E402
 import sys  # noqa: E402
 import types  # noqa: E402
 
@@ -61,7 +62,9 @@ def main():
 class Watch(TrainerCallback):
     """Rank 0's facts of the run, at its middle step (threads are up), the CPU its loop's thread and its process
     spent a step against the step's wall time (from the first fifth of the steps to the last: a thread that
-    waits, for the GIL or for a core, shows as wall time without CPU time), and the profile of its last steps."""
+    waits, for the GIL or for a core, shows as wall time without CPU time), the loop thread's context switches a
+    step (voluntary: it blocked, on the GIL, a lock or the device; involuntary: preempted for another runnable
+    thread), and the profile of its last steps."""
 
     def __init__(self, max_steps: int, profile_steps: int):
         self.middle, self.first, self.trainer, self.process = max_steps // 2, max_steps // 5, None, None
@@ -73,17 +76,20 @@ class Watch(TrainerCallback):
         if state.is_world_process_zero:
             self.profile.step(state.global_step)
             if state.global_step == self.first:
-                self.clocks = (state.global_step, time.perf_counter(), time.thread_time(), time.process_time())
+                self.clocks = (state.global_step, time.perf_counter(), time.thread_time(), time.process_time(),
+                               resource.getrusage(resource.RUSAGE_THREAD))
             if state.global_step == self.middle:
                 self.process = process_facts()
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.clocks and state.global_step == state.max_steps:
-            step, wall, thread, process = self.clocks
-            n = state.global_step - step
+            step, wall, thread, process, usage = self.clocks
+            n, now = state.global_step - step, resource.getrusage(resource.RUSAGE_THREAD)
             self.cpu = {"wall_ms": 1e3 * (time.perf_counter() - wall) / n,
                         "loop_thread_cpu_ms": 1e3 * (time.thread_time() - thread) / n,
-                        "process_cpu_ms": 1e3 * (time.process_time() - process) / n, "steps": n}
+                        "process_cpu_ms": 1e3 * (time.process_time() - process) / n, "steps": n,
+                        "loop_thread_blocked": (now.ru_nvcsw - usage.ru_nvcsw) / n,
+                        "loop_thread_preempted": (now.ru_nivcsw - usage.ru_nivcsw) / n}
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
