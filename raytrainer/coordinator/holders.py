@@ -75,7 +75,7 @@ def _release_at_exit():
     2.8-3.1 s after the last step instead of 3.9-4.4 s (3 runs each, 2 cores)."""
     from .cluster import started_here
 
-    ours = _LIVE and started_here()
+    ours = bool(_LIVE) and started_here()
     for group in list(_LIVE.values()):
         group.stop_now(graceful=not ours)
     _LIVE.clear()
