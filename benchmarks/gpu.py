@@ -393,7 +393,7 @@ def hosted_cpu_notes(parts: dict) -> list:
             got = [r[name] for r in (result or {}).get("rounds", []) if (r.get(name, {}).get("cpu_per_step") or {})]
             if not got:
                 continue
-            cpu = {key: statistics.median(g["cpu_per_step"].get(key, float("nan")) for g in got)
+            cpu = {key: statistics.median(g["cpu_per_step"][key] for g in got)
                    for key in ("wall_ms", "loop_thread_cpu_ms", "process_cpu_ms", "loop_thread_blocked",
                                "loop_thread_preempted")}
             driver = statistics.median(g["driver_cpu_s"] for g in got)
